@@ -1,0 +1,114 @@
+"""What a parser sees: the node's description and helpers to emit instructions into a module."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from ..ir.dtypes import DType, from_onnx
+from ..ir.instruction import Instruction
+from ..ir.module import Module
+from ..ir.operation import Op, make_op
+from ..ops.core import broadcast_lens
+from .table import Unsupported
+
+
+@dataclass
+class NodeDesc:
+    """One ONNX node, in the EP bridge's dict form (also built from a NodeProto by ``parse_onnx``)."""
+
+    op_type: str
+    domain: str = ""
+    since_version: int = 1
+    name: str = ""
+    inputs: list[str] = field(default_factory=list)
+    outputs: list[str] = field(default_factory=list)
+    attributes: dict[str, Any] = field(default_factory=dict)
+    subgraphs: dict[str, dict] = field(default_factory=dict)
+    index: int = -1
+
+    @classmethod
+    def from_dict(cls, d: dict) -> NodeDesc:
+        return cls(
+            op_type=d["op_type"], domain=d.get("domain", ""), since_version=int(d.get("since_version", 1)),
+            name=d.get("name", ""), inputs=list(d.get("inputs", ())), outputs=list(d.get("outputs", ())),
+            attributes=dict(d.get("attributes", {})), subgraphs=dict(d.get("subgraphs", {})),
+            index=int(d.get("index", -1)),
+        )
+
+    def attr(self, name: str, default: Any = None) -> Any:
+        v = self.attributes.get(name, default)
+        if type(v).__name__ == "Unsupported":
+            raise Unsupported(f"attribute {name!r} of kind {getattr(v, 'kind', '?')} is not supported")
+        return v
+
+    def label(self) -> str:
+        return f"{self.op_type}({self.name})" if self.name else self.op_type
+
+
+class ParseContext:
+    """Emits instructions for one node; ``add`` builds ops by name, ``const`` folds constant inputs."""
+
+    def __init__(self, module: Module, node: NodeDesc, parse_subgraph: Any = None) -> None:
+        self.module = module
+        self.node = node
+        self.opset = node.since_version
+        self._parse_subgraph = parse_subgraph
+
+    # -- emitting ---------------------------------------------------------------------------------
+    def add(self, op: str | Op, args: Sequence[Instruction] = (), mod_args: Sequence[Module] = (), **attrs: Any):
+        o = make_op(op, **attrs) if isinstance(op, str) else op
+        return self.module.add_instruction(o, list(args), list(mod_args))
+
+    def literal(self, value: Any, dtype: Any = None) -> Instruction:
+        return self.module.add_literal(np.asarray(value, dtype=dtype))
+
+    def convert(self, x: Instruction, t: DType) -> Instruction:
+        return x if x.shape.type == t else self.add("convert", [x], target_type=t)
+
+    def broadcast_to(self, x: Instruction, lens: Sequence[int]) -> Instruction:
+        lens = tuple(lens)
+        return x if x.shape.lens == lens else self.add("multibroadcast", [x], out_lens=lens)
+
+    def broadcast(self, *xs: Instruction) -> list[Instruction]:
+        """ONNX multidirectional broadcasting: each input viewed at the common dims."""
+        lens = broadcast_lens(*(x.shape.lens for x in xs))
+        return [self.broadcast_to(x, lens) for x in xs]
+
+    def elementwise(self, name: str, *xs: Instruction, **attrs: Any) -> Instruction:
+        return self.add(name, self.broadcast(*xs), **attrs)
+
+    # -- constants ----------------------------------------------------------------------------------
+    def const(self, x: Instruction | None) -> np.ndarray | None:
+        return None if x is None else x.eval()
+
+    def require_const(self, x: Instruction | None, what: str) -> np.ndarray:
+        v = self.const(x)
+        if v is None:
+            raise Unsupported(f"{what} must be a compile-time constant")
+        return np.asarray(v)
+
+    def const_ints(self, x: Instruction | None, what: str) -> list[int]:
+        return [int(v) for v in self.require_const(x, what).ravel()]
+
+    # -- subgraphs ----------------------------------------------------------------------------------
+    def subgraph(self, attr: str, outer: dict[str, Instruction]) -> Module:
+        if self._parse_subgraph is None or attr not in self.node.subgraphs:
+            raise Unsupported(f"subgraph attribute {attr!r} unavailable")
+        return self._parse_subgraph(self.node.subgraphs[attr], outer, f"{self.node.name or self.node.op_type}:{attr}")
+
+
+def normalize_axis(axis: int, rank: int, what: str = "axis") -> int:
+    if not -rank <= axis < max(rank, 1):
+        raise Unsupported(f"{what} {axis} out of range for rank {rank}")
+    return axis % rank if rank else 0
+
+
+def onnx_type(elem_type: int) -> DType:
+    try:
+        return from_onnx(elem_type)
+    except TypeError as e:
+        raise Unsupported(str(e)) from None

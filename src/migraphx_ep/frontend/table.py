@@ -1,0 +1,52 @@
+"""The ONNX op → parser table (STYLE.md §8). Parsers register with ``@onnx_op``.
+
+A parser turns one ONNX node into instructions: ``parser(ctx, node, args) -> Instruction | list``.
+``args`` holds one instruction per ONNX input (None for an omitted optional input). A parser raises
+``Unsupported(reason)`` for anything it cannot translate exactly: that node then stays on ORT's CPU EP.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from ..ir.instruction import Instruction
+    from .context import NodeDesc, ParseContext
+
+Parser = Callable[["ParseContext", "NodeDesc", list["Instruction | None"]], "Instruction | list[Instruction]"]
+
+
+class Unsupported(Exception):
+    """This node (with these attributes, types or non-constant inputs) cannot be compiled exactly."""
+
+
+@dataclass(frozen=True)
+class Entry:
+    parser: Parser
+    domain: str = ""
+    min_opset: int = 1
+    const_inputs: tuple[int, ...] = ()  # inputs that must be compile-time constants
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+PARSERS: dict[tuple[str, str], Entry] = {}
+
+
+def onnx_op(*op_types: str, domain: str = "", min_opset: int = 1, const_inputs: tuple[int, ...] = ()) -> Callable:
+    """Register ``fn`` as the parser of ``op_types`` in ``domain`` ("" is ai.onnx)."""
+
+    def wrap(fn: Parser) -> Parser:
+        for t in op_types:
+            key = (domain, t)
+            if key in PARSERS:
+                raise TypeError(f"ONNX op {domain or 'ai.onnx'}::{t} has two parsers")
+            PARSERS[key] = Entry(fn, domain, min_opset, const_inputs)
+        return fn
+
+    return wrap
+
+
+def lookup(op_type: str, domain: str) -> Entry | None:
+    return PARSERS.get(("" if domain == "ai.onnx" else domain, op_type))

@@ -1,0 +1,72 @@
+"""The reference interpreter: runs a module by calling each op's numpy ``compute``.
+
+Intermediates are dropped after their last use so whole models run in bounded memory.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .instruction import Instruction
+from .module import Module
+from .operation import ModuleOp
+from .shape import Shape
+
+
+class RunError(RuntimeError):
+    """A program was run with missing, extra or mis-shaped inputs."""
+
+
+def check_params(module: Module, params: dict[str, np.ndarray]) -> None:
+    expected = module.get_parameter_shapes()
+    missing = sorted(set(expected) - set(params))
+    if missing:
+        raise RunError(f"missing input(s) {missing}; expected {sorted(expected)}")
+    for name, shape in expected.items():
+        arr = params[name]
+        if tuple(arr.shape) != shape.lens and not shape.dynamic():
+            raise RunError(f"input {name!r}: expected dims {list(shape.lens)}, got {list(arr.shape)}")
+        if arr.dtype != shape.dtype:
+            raise RunError(f"input {name!r}: expected element type {shape.dtype}, got {arr.dtype}")
+
+
+def _last_uses(module: Module) -> dict[int, list[Instruction]]:
+    """Map position → values whose last reader is the instruction at that position."""
+    last: dict[int, int] = {}
+    pos = {id(ins): n for n, ins in enumerate(module.instructions)}
+    for ins in module.instructions:
+        for a in ins.inputs:
+            last[id(a)] = pos[id(ins)]
+    drop: dict[int, list[Instruction]] = {}
+    for ins in module.instructions:
+        if id(ins) in last and not ins.is_literal():
+            drop.setdefault(last[id(ins)], []).append(ins)
+    return drop
+
+
+def run_module(module: Module, params: dict[str, np.ndarray]) -> list[np.ndarray]:
+    values: dict[int, np.ndarray] = {}
+    drop = _last_uses(module)
+    result: list[np.ndarray] | None = None
+    for n, ins in enumerate(module.instructions):
+        op = ins.op
+        if ins.is_param():
+            values[id(ins)] = params[op.parameter]  # type: ignore[attr-defined]
+        elif ins.is_return():
+            result = [values[id(a)] for a in ins.inputs]
+        else:
+            args = [values[id(a)] for a in ins.inputs]
+            if isinstance(op, ModuleOp):
+                values[id(ins)] = op.compute_with_modules(ins.shape, args, ins.module_args, run_module)
+            else:
+                values[id(ins)] = op.compute(ins.shape, args)
+        for dead in drop.get(n, ()):
+            values.pop(id(dead), None)
+    if result is None:
+        last = module.instructions[-1]
+        result = [values[id(last)]]
+    return result
+
+
+def result_matches(shape: Shape, value: np.ndarray) -> bool:
+    return tuple(value.shape) == shape.lens and value.dtype == shape.dtype

@@ -1,0 +1,198 @@
+"""Operations: one small frozen dataclass each, registered by name (MIGraphX's ``operation``).
+
+An op gives its output shape (``compute_shape``) and its meaning as numpy (``compute``). The ref target,
+constant propagation and verification all call ``compute``; other targets only lower.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any, ClassVar
+
+import numpy as np
+
+from .shape import Shape, ShapeError
+
+if TYPE_CHECKING:
+    from .module import Module
+
+# run(module, params) -> outputs: how ops that own submodules (if, loop) evaluate them.
+RunModule = Callable[["Module", dict[str, np.ndarray]], list[np.ndarray]]
+
+OPS: dict[str, type[Op]] = {}
+
+
+def register_op(cls: type[Op]) -> type[Op]:
+    """Class decorator: add ``cls`` to the name → op table (its ``name`` must be unique)."""
+    if not cls.name:
+        raise TypeError(f"{cls.__name__} has no op name")
+    if cls.name in OPS and OPS[cls.name] is not cls:
+        raise TypeError(f"op {cls.name!r} registered twice ({OPS[cls.name].__name__}, {cls.__name__})")
+    OPS[cls.name] = cls
+    return cls
+
+
+def _freeze(v: Any) -> Any:
+    if isinstance(v, list | tuple):
+        return tuple(_freeze(x) for x in v)
+    if isinstance(v, np.generic):
+        return v.item()
+    return v
+
+
+def _thaw(v: Any) -> Any:
+    if isinstance(v, tuple):
+        return [_thaw(x) for x in v]
+    if isinstance(v, Shape):
+        return v.to_dict()
+    return v
+
+
+@dataclasses.dataclass(frozen=True)
+class Op:
+    """Base of every operation. Subclasses are ``@register_op @dataclass(frozen=True)``."""
+
+    name: ClassVar[str] = ""
+
+    def __post_init__(self) -> None:
+        # Attributes arrive from ONNX, JSON and users as lists; ops must stay hashable for CSE.
+        for f in dataclasses.fields(self):
+            v = getattr(self, f.name)
+            fv = _freeze(v)
+            if fv is not v:
+                object.__setattr__(self, f.name, fv)
+
+    def compute_shape(self, inputs: list[Shape]) -> Shape:
+        raise NotImplementedError(f"{self.name}: compute_shape")
+
+    def compute(self, out: Shape, args: list[np.ndarray]) -> np.ndarray:
+        raise NotImplementedError(f"{self.name}: no reference implementation")
+
+    def output_alias(self, inputs: Sequence[Shape]) -> int:
+        """Index of the input whose buffer the output is a view of, or -1 (drives memory planning)."""
+        return -1
+
+    def attributes(self) -> dict[str, Any]:
+        return {f.name: _thaw(getattr(self, f.name)) for f in dataclasses.fields(self)}
+
+    def __str__(self) -> str:
+        attrs = self.attributes()
+        if not attrs:
+            return self.name
+        return f"{self.name}[" + ",".join(f"{k}={_fmt(v)}" for k, v in attrs.items()) + "]"
+
+
+class ModuleOp(Op):
+    """An op that owns submodules (control flow, fused kernels): shape and compute see them."""
+
+    def compute_shape_with_modules(self, inputs: list[Shape], mods: list[Module]) -> Shape:
+        raise NotImplementedError(f"{self.name}: compute_shape_with_modules")
+
+    def compute_with_modules(
+        self, out: Shape, args: list[np.ndarray], mods: list[Module], run: RunModule
+    ) -> np.ndarray | list[np.ndarray]:
+        raise NotImplementedError(f"{self.name}: compute_with_modules")
+
+
+def _fmt(v: Any) -> str:
+    if isinstance(v, list):
+        return "{" + ", ".join(_fmt(x) for x in v) + "}"
+    if isinstance(v, dict):
+        return "{" + ", ".join(f"{k}: {_fmt(x)}" for k, x in v.items()) + "}"
+    return str(v)
+
+
+def make_op(name: str, **attrs: Any) -> Op:
+    """``op(name, **kwargs)`` of the MIGraphX Python API; unknown names and attributes are errors."""
+    cls = OPS.get(name)
+    if cls is None:
+        raise ValueError(f"unknown operator {name!r}")
+    if cls.name == "@literal":
+        raise ValueError("use module.add_literal for literals")
+    known = {f.name for f in dataclasses.fields(cls)}
+    bad = sorted(set(attrs) - known)
+    if bad:
+        raise ValueError(f"operator {name!r}: unknown attribute(s) {bad}; valid: {sorted(known)}")
+    if "shape" in attrs and isinstance(attrs["shape"], dict):
+        attrs = {**attrs, "shape": Shape.from_dict(attrs["shape"])}
+    return cls(**attrs)
+
+
+# -- builtins: parameters, literals, return ----------------------------------------------------------
+@register_op
+@dataclasses.dataclass(frozen=True)
+class Param(Op):
+    name: ClassVar[str] = "@param"
+    parameter: str = ""
+    shape: Shape = dataclasses.field(default_factory=lambda: Shape(0))
+
+    def compute_shape(self, inputs: list[Shape]) -> Shape:
+        return self.shape
+
+    def __str__(self) -> str:
+        return f"@param:{self.parameter}"
+
+
+class Literal(Op):
+    """A constant. Equality and hashing go by shape and bytes so CSE can merge equal constants."""
+
+    name: ClassVar[str] = "@literal"
+
+    def __init__(self, value: np.ndarray) -> None:
+        arr = np.ascontiguousarray(value)
+        arr.setflags(write=False)
+        object.__setattr__(self, "value", arr)
+        object.__setattr__(self, "_digest", None)
+
+    value: np.ndarray
+
+    def __setattr__(self, key: str, val: Any) -> None:
+        raise dataclasses.FrozenInstanceError(key)
+
+    def digest(self) -> bytes:
+        if self._digest is None:  # type: ignore[has-type]
+            h = hashlib.blake2b(self.value.tobytes(), digest_size=16)
+            h.update(str((self.value.dtype.str, self.value.shape)).encode())
+            object.__setattr__(self, "_digest", h.digest())
+        return self._digest  # type: ignore[has-type]
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Literal) and self.digest() == other.digest()
+
+    def __hash__(self) -> int:
+        return hash(self.digest())
+
+    def compute_shape(self, inputs: list[Shape]) -> Shape:
+        return Shape.of(self.value)
+
+    def compute(self, out: Shape, args: list[np.ndarray]) -> np.ndarray:
+        return self.value
+
+    def attributes(self) -> dict[str, Any]:
+        return {}
+
+    def __str__(self) -> str:
+        v = self.value
+        if v.size <= 8:
+            return "@literal{" + ", ".join(str(x) for x in v.ravel().tolist()) + "}"
+        return "@literal{...}"
+
+    def __repr__(self) -> str:
+        return f"Literal({self.value!r})"
+
+
+OPS[Literal.name] = Literal  # type: ignore[assignment]
+
+
+@register_op
+@dataclasses.dataclass(frozen=True)
+class Return(Op):
+    name: ClassVar[str] = "@return"
+
+    def compute_shape(self, inputs: list[Shape]) -> Shape:
+        return Shape.tuple_of(inputs)
+
+
+__all__ = ["OPS", "Literal", "ModuleOp", "Op", "Param", "Return", "ShapeError", "make_op", "register_op"]

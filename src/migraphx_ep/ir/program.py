@@ -1,0 +1,127 @@
+"""Programs: named modules (``main`` first), compiled for a target and run (MIGraphX ``program``)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import numpy as np
+
+from .argument import Argument
+from .evaluate import check_params, run_module
+from .instruction import Instruction
+from .module import Module
+from .shape import Shape
+
+
+@dataclass(frozen=True)
+class CompileOptions:
+    offload_copy: bool = True
+    fast_math: bool = True
+    exhaustive_tune: bool = False
+
+
+class Executable(Protocol):
+    def run(self, params: dict[str, np.ndarray]) -> list[np.ndarray]: ...
+
+
+class Target(Protocol):
+    name: str
+
+    def compile(self, prog: Program, options: CompileOptions) -> Executable: ...
+
+
+class Program:
+    def __init__(self) -> None:
+        self.modules: dict[str, Module] = {"main": Module("main")}
+        self.target_name: str | None = None
+        self._exe: Executable | None = None
+
+    # -- modules --------------------------------------------------------------------------------
+    def get_main_module(self) -> Module:
+        return self.modules["main"]
+
+    def create_module(self, name: str) -> Module:
+        if name in self.modules:
+            raise ValueError(f"module {name!r} already exists")
+        self.modules[name] = Module(name)
+        return self.modules[name]
+
+    def get_module(self, name: str) -> Module:
+        try:
+            return self.modules[name]
+        except KeyError:
+            raise ValueError(f"no module named {name!r}") from None
+
+    # -- queries --------------------------------------------------------------------------------
+    def get_parameter_names(self) -> list[str]:
+        return self.get_main_module().get_parameter_names()
+
+    def get_parameter_shapes(self) -> dict[str, Shape]:
+        return self.get_main_module().get_parameter_shapes()
+
+    def get_output_shapes(self) -> list[Shape]:
+        return self.get_main_module().get_output_shapes()
+
+    def is_compiled(self) -> bool:
+        return self._exe is not None
+
+    # -- compile and run ------------------------------------------------------------------------
+    def compile(
+        self, t: Target, offload_copy: bool = True, fast_math: bool = True, exhaustive_tune: bool = False
+    ) -> None:
+        if self._exe is not None:
+            raise RuntimeError("program is already compiled")
+        self._exe = t.compile(self, CompileOptions(offload_copy, fast_math, exhaustive_tune))
+        self.target_name = t.name
+
+    def run_numpy(self, params: Mapping[str, Any]) -> list[np.ndarray]:
+        arrays = {k: np.asarray(v) for k, v in params.items()}
+        main = self.get_main_module()
+        check_params(main, arrays)
+        if self._exe is None:
+            return run_module(main, arrays)
+        return self._exe.run(arrays)
+
+    def run(self, params: Mapping[str, Any]) -> list[Argument]:
+        return [Argument(r) for r in self.run_numpy(params)]
+
+    def sort(self) -> None:
+        for m in self.modules.values():
+            m.sort()
+
+    # -- copying, printing, equality ------------------------------------------------------------
+    def clone(self) -> Program:
+        p = Program()
+        p.modules = {}
+        for name in self.modules:
+            p.modules[name] = Module(name)
+        for name, src in self.modules.items():
+            dst = p.modules[name]
+            mapping: dict[int, Instruction] = {}
+            for ins in src.instructions:
+                new = Instruction(
+                    ins.op, [mapping[id(a)] for a in ins.inputs], ins.shape, [p.modules[m.name] for m in ins.module_args]
+                )
+                new.module = dst
+                for a in new.inputs:
+                    a.outputs.append(new)
+                dst.instructions.append(new)
+                mapping[id(ins)] = new
+        p.target_name = self.target_name
+        p._exe = self._exe
+        return p
+
+    def __str__(self) -> str:
+        return "\n".join(m.to_text() for m in self.modules.values())
+
+    def print(self) -> None:  # noqa: A003 - MIGraphX API name
+        print(self)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Program) and {k: m.structure() for k, m in self.modules.items()} == {
+            k: m.structure() for k, m in other.modules.items()
+        }
+
+    __hash__ = None  # type: ignore[assignment]

@@ -1,0 +1,74 @@
+"""Op families: most ops are one line in a table built on these bases (STYLE.md §1)."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from typing import ClassVar
+
+import numpy as np
+
+from ..ir.dtypes import DType, FLOAT_TYPES, INT_TYPES
+from ..ir.operation import Op, register_op
+from ..ir.shape import Shape, check_shapes
+
+NUMERIC_TYPES = FLOAT_TYPES | INT_TYPES
+ALL_TYPES = NUMERIC_TYPES | {DType.bool_type}
+
+
+@dataclasses.dataclass(frozen=True)
+class UnaryOp(Op):
+    """Elementwise f(x): ``fn`` is the numpy meaning, ``cpp`` the kernel expression (``{0}`` = x)."""
+
+    fn: ClassVar[Callable[[np.ndarray], np.ndarray]]
+    cpp: ClassVar[str] = ""
+    types: ClassVar[frozenset[DType]] = frozenset(NUMERIC_TYPES)
+    result_type: ClassVar[DType | None] = None  # e.g. bool for isnan
+
+    def compute_shape(self, inputs: list[Shape]) -> Shape:
+        check_shapes(self.name, inputs).has(1).types(self.types)
+        return inputs[0].with_lens(inputs[0].lens, self.result_type)
+
+    def compute(self, out: Shape, args: list[np.ndarray]) -> np.ndarray:
+        with np.errstate(all="ignore"):
+            return np.asarray(type(self).fn(args[0])).astype(out.dtype, copy=False)
+
+
+@dataclasses.dataclass(frozen=True)
+class BinaryOp(Op):
+    """Elementwise f(a, b) on equal dims (the frontend inserts ``multibroadcast`` first)."""
+
+    fn: ClassVar[Callable[[np.ndarray, np.ndarray], np.ndarray]]
+    cpp: ClassVar[str] = ""
+    types: ClassVar[frozenset[DType]] = frozenset(NUMERIC_TYPES)
+    result_type: ClassVar[DType | None] = None  # bool for comparisons
+
+    def compute_shape(self, inputs: list[Shape]) -> Shape:
+        check_shapes(self.name, inputs).has(2).same_type().same_dims().types(self.types)
+        return inputs[0].with_lens(inputs[0].lens, self.result_type)
+
+    def compute(self, out: Shape, args: list[np.ndarray]) -> np.ndarray:
+        with np.errstate(all="ignore"):
+            return np.asarray(type(self).fn(args[0], args[1])).astype(out.dtype, copy=False)
+
+
+def unary(name: str, fn: Callable, cpp: str = "", types=NUMERIC_TYPES, result_type: DType | None = None) -> type:
+    """Define and register an elementwise unary op in one line."""
+    cls = dataclasses.dataclass(frozen=True)(
+        type(name.title().replace("_", ""), (UnaryOp,), {
+            "__annotations__": {}, "name": name, "fn": staticmethod(fn), "cpp": cpp,
+            "types": frozenset(types), "result_type": result_type,
+        })
+    )
+    return register_op(cls)
+
+
+def binary(name: str, fn: Callable, cpp: str = "", types=NUMERIC_TYPES, result_type: DType | None = None) -> type:
+    """Define and register an elementwise binary op in one line."""
+    cls = dataclasses.dataclass(frozen=True)(
+        type(name.title().replace("_", ""), (BinaryOp,), {
+            "__annotations__": {}, "name": name, "fn": staticmethod(fn), "cpp": cpp,
+            "types": frozenset(types), "result_type": result_type,
+        })
+    )
+    return register_op(cls)

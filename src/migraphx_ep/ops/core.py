@@ -1,0 +1,111 @@
+"""Ops the frontend core relies on: broadcasting views, layout copies, type conversion, tuples."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import ClassVar
+
+import numpy as np
+
+from ..ir.dtypes import DType
+from ..ir.operation import Op, register_op
+from ..ir.shape import Shape, ShapeError, check_shapes
+
+
+def broadcast_lens(*all_lens: tuple[int, ...]) -> tuple[int, ...]:
+    """Numpy/ONNX multidirectional broadcasting of dims; raises ShapeError naming the clash."""
+    rank = max((len(x) for x in all_lens), default=0)
+    out = []
+    for i in range(rank):
+        dims = {x[i - rank + len(x)] for x in all_lens if i - rank + len(x) >= 0} - {1}
+        if len(dims) > 1:
+            raise ShapeError(f"dims {[list(x) for x in all_lens]} are not broadcastable")
+        out.append(dims.pop() if dims else 1)
+    return tuple(out)
+
+
+@register_op
+@dataclasses.dataclass(frozen=True)
+class Multibroadcast(Op):
+    """View the input at ``out_lens`` with zero strides on broadcast axes (numpy rules)."""
+
+    name: ClassVar[str] = "multibroadcast"
+    out_lens: tuple[int, ...] = ()
+
+    def compute_shape(self, inputs: list[Shape]) -> Shape:
+        check_shapes(self.name, inputs).has(1)
+        s = inputs[0]
+        if broadcast_lens(s.lens, self.out_lens) != tuple(self.out_lens):
+            raise ShapeError(f"multibroadcast: {list(s.lens)} cannot broadcast to {list(self.out_lens)}")
+        off = len(self.out_lens) - s.ndim()
+        strides = [0] * off + [0 if n == 1 and o != 1 else st for n, st, o in
+                               zip(s.lens, s.strides, self.out_lens[off:], strict=True)]
+        return Shape(s.type, self.out_lens, strides)
+
+    def compute(self, out: Shape, args: list[np.ndarray]) -> np.ndarray:
+        return np.broadcast_to(args[0], out.lens)
+
+    def output_alias(self, inputs) -> int:
+        return 0
+
+
+@register_op
+@dataclasses.dataclass(frozen=True)
+class Contiguous(Op):
+    """Copy a view into a standard (packed, row-major) layout."""
+
+    name: ClassVar[str] = "contiguous"
+
+    def compute_shape(self, inputs: list[Shape]) -> Shape:
+        check_shapes(self.name, inputs).has(1)
+        return inputs[0].as_standard()
+
+    def compute(self, out: Shape, args: list[np.ndarray]) -> np.ndarray:
+        return np.ascontiguousarray(args[0])
+
+
+@register_op
+@dataclasses.dataclass(frozen=True)
+class Convert(Op):
+    """Element type conversion with ONNX Cast semantics (float→int truncates, NaN→int is 0...)."""
+
+    name: ClassVar[str] = "convert"
+    target_type: DType = DType.float_type
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        object.__setattr__(self, "target_type", DType(self.target_type))
+
+    def compute_shape(self, inputs: list[Shape]) -> Shape:
+        check_shapes(self.name, inputs).has(1)
+        return inputs[0].with_lens(inputs[0].lens, self.target_type)
+
+    def compute(self, out: Shape, args: list[np.ndarray]) -> np.ndarray:
+        x = args[0]
+        with np.errstate(all="ignore"):
+            if out.type == DType.bool_type:
+                return x != 0
+            return x.astype(out.dtype)
+
+    def attributes(self) -> dict:
+        return {"target_type": int(self.target_type)}
+
+
+@register_op
+@dataclasses.dataclass(frozen=True)
+class GetTupleElem(Op):
+    name: ClassVar[str] = "get_tuple_elem"
+    index: int = 0
+
+    def compute_shape(self, inputs: list[Shape]) -> Shape:
+        if len(inputs) != 1 or inputs[0].type != DType.tuple_type:
+            raise ShapeError("get_tuple_elem: expects one tuple input")
+        if not 0 <= self.index < len(inputs[0].sub_shapes):
+            raise ShapeError(f"get_tuple_elem: index {self.index} out of range")
+        return inputs[0].sub_shapes[self.index]
+
+    def compute(self, out: Shape, args: list) -> np.ndarray:
+        return args[0][self.index]
+
+    def output_alias(self, inputs) -> int:
+        return 0
