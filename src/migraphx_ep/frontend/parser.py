@@ -73,8 +73,11 @@ def value_shape(info: dict | None, name: str, resolve: DimResolver) -> Shape:
 class GraphParser:
     def __init__(self, program: Program, input_shapes: dict[str, Shape] | None = None,
                  resolve_dim: DimResolver | None = None, tolerant: bool = False,
-                 claimed: set[int] | None = None) -> None:
+                 claimed: set[int] | None = None, group_of: dict[int, int] | None = None) -> None:
         self.program = program
+        # With group_of (the partition probe), a value produced in one group and read in another is
+        # an opaque parameter for the reader: at run time ORT passes it in, so it is never constant.
+        self.group_of = group_of
         self.input_shapes = input_shapes or {}
         self.resolve_dim = resolve_dim or _no_symbolic
         self.tolerant = tolerant
@@ -85,6 +88,9 @@ class GraphParser:
     def parse(self, graph: dict, module: Module, outer: dict[str, Instruction] | None = None,
               as_params: Iterable[str] = ()) -> dict[str, Instruction]:
         values: dict[str, Instruction] = {}
+        producer_group: dict[str, int] = {}
+        boundary: dict[tuple[str, int], Instruction] = {}
+        current_group = [-1]
         inits = graph.get("initializers", {})
         infos = graph.get("values", {})
         lazy_outer = dict(outer or {})
@@ -93,6 +99,12 @@ class GraphParser:
             if not name:
                 return None
             if name in values:
+                g = producer_group.get(name, -1)
+                if g != -1 and g != current_group[0] and current_group[0] != -1:
+                    key = (name, current_group[0])
+                    if key not in boundary:
+                        boundary[key] = module.add_parameter(f"{name}@{current_group[0]}", values[name].shape)
+                    return boundary[key]
                 return values[name]
             if name in inits:
                 values[name] = module.add_literal(_as_supported(np.asarray(inits[name]), name))
@@ -100,16 +112,27 @@ class GraphParser:
             if name in lazy_outer:
                 values[name] = lazy_outer[name]
                 return values[name]
+            if name in bad_inputs:
+                raise Unsupported(bad_inputs[name])
             raise Unsupported(f"value {name!r} is not defined")
 
+        bad_inputs: dict[str, str] = {}
         for name in list(graph.get("inputs", ())) + list(as_params):
             if name in values or name in inits:
                 continue
-            shape = self.input_shapes.get(name) or value_shape(infos.get(name), name, self.resolve_dim)
+            try:
+                shape = self.input_shapes.get(name) or value_shape(infos.get(name), name, self.resolve_dim)
+            except Unsupported as e:
+                if not self.tolerant:
+                    raise ParseError(f"graph input {name!r}: {e}") from None
+                bad_inputs[name] = str(e)  # its readers are refused with this reason
+                continue
             values[name] = module.add_parameter(name, shape)
 
         for node in topo_order(graph["nodes"], values):
             desc = NodeDesc.from_dict(node)
+            if self.group_of is not None:
+                current_group[0] = self.group_of.get(desc.index, -2)
             try:
                 if self.claimed is not None and desc.index not in self.claimed:
                     raise Unsupported("not in this partition")
@@ -123,6 +146,8 @@ class GraphParser:
             for oname, ins in zip(desc.outputs, outs, strict=False):
                 if oname:
                     values[oname] = ins
+                    if self.group_of is not None:
+                        producer_group[oname] = current_group[0]
         outs: dict[str, Instruction] = {}
         for n in graph.get("outputs", ()):
             try:
@@ -226,10 +251,11 @@ def probe_dims() -> DimResolver:
 
 
 def parse_graph(graph: dict, input_shapes: dict[str, Shape] | None = None, resolve_dim: DimResolver | None = None,
-                tolerant: bool = False, claimed: set[int] | None = None) -> ParseResult:
+                tolerant: bool = False, claimed: set[int] | None = None,
+                group_of: dict[int, int] | None = None) -> ParseResult:
     prog = Program()
     main = prog.get_main_module()
-    gp = GraphParser(prog, input_shapes, resolve_dim, tolerant, claimed)
+    gp = GraphParser(prog, input_shapes, resolve_dim, tolerant, claimed, group_of)
     outs = gp.parse(graph, main)
     ret = [outs[n] for n in graph["outputs"] if outs.get(n) is not None]
     main.add_return(ret)

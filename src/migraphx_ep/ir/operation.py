@@ -141,7 +141,7 @@ class Literal(Op):
     name: ClassVar[str] = "@literal"
 
     def __init__(self, value: np.ndarray) -> None:
-        arr = np.ascontiguousarray(value)
+        arr = np.ascontiguousarray(value).view()  # a view: freezing it leaves the caller's array alone
         arr.setflags(write=False)
         object.__setattr__(self, "value", arr)
         object.__setattr__(self, "_digest", None)

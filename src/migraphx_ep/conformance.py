@@ -1,0 +1,188 @@
+"""ONNX's node test cases through ORT with the EP: claimed-correct / claimed-wrong / refused.
+
+    python -m migraphx_ep.conformance [--ops Add,Conv] [--filter text] [--show wrong,refused,partial]
+                                      [--json out.json]
+
+Denominator: cases ORT's own CPU EP can load and run (a model whose IR version ORT rejects is re-saved
+at IR 11; TensorProto / numpy-scalar inputs become arrays). Placement comes from ORT's profiler:
+a case is *claimed* when every node event names our provider, *partial* when some do.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import os
+import sys
+import tempfile
+import time
+import warnings
+from dataclasses import asdict, dataclass
+
+import numpy as np
+import onnx
+
+EP = "MIGraphXExecutionProvider"
+
+
+@dataclass
+class CaseResult:
+    name: str
+    op: str
+    status: str  # claimed-correct, claimed-wrong, partial-correct, refused, ep-error, not-runnable
+    detail: str = ""
+
+
+def _array(x):
+    if isinstance(x, onnx.TensorProto):
+        return onnx.numpy_helper.to_array(x)
+    if isinstance(x, np.ndarray | np.generic):
+        return np.asarray(x)
+    return None  # sequences, optionals, None: not tensors
+
+
+def _mismatch(got, want: np.ndarray, rtol: float, atol: float) -> str | None:
+    got = np.asarray(got)
+    if got.dtype != want.dtype:
+        return f"dtype {got.dtype} != {want.dtype}"
+    if got.shape != want.shape:
+        return f"shape {got.shape} != {want.shape}"
+    if want.dtype.kind == "f" or want.dtype.name == "bfloat16" or "float8" in want.dtype.name:
+        g, w = got.astype(np.float64), want.astype(np.float64)
+        if not np.allclose(g, w, rtol=rtol, atol=atol, equal_nan=True):
+            return f"max abs err {np.nanmax(np.abs(g - w)) if g.size else 0:.3g}"
+        return None
+    if want.dtype.kind in "OUS":
+        return None if list(got.ravel()) == list(want.ravel()) else "values differ"
+    return None if np.array_equal(got, want) else "values differ"
+
+
+def _session(ort, model_bytes: bytes, providers: list, profile_dir: str | None):
+    so = ort.SessionOptions()
+    so.log_severity_level = 4
+    if profile_dir:
+        so.enable_profiling = True
+        so.profile_file_prefix = os.path.join(profile_dir, "p")
+    return ort.InferenceSession(model_bytes, so, providers=providers)
+
+
+def _placement(sess) -> collections.Counter:
+    path = sess.end_profiling()
+    try:
+        with open(path) as f:
+            events = json.load(f)
+    finally:
+        os.unlink(path)
+    return collections.Counter(e["args"].get("provider", "?") for e in events
+                               if e.get("cat") == "Node" and "provider" in e.get("args", {}))
+
+
+def run_case(ort, case, tmp: str) -> CaseResult:
+    op = case.model.graph.node[0].op_type if case.model.graph.node else "?"
+    model = case.model
+    data = [([_array(x) for x in i], [_array(x) for x in o]) for i, o in case.data_sets]
+    if any(a is None for ins, outs in data for a in ins + outs):
+        return CaseResult(case.name, op, "not-runnable", "non-tensor inputs or outputs")
+    names = [i.name for i in model.graph.input if i.name not in {t.name for t in model.graph.initializer}]
+    feeds_list = [dict(zip(names, ins, strict=False)) for ins, _ in data]
+    try:
+        mb = model.SerializeToString()
+        cpu = _session(ort, mb, ["CPUExecutionProvider"], None)
+    except Exception:  # noqa: BLE001 - ORT rejects some IR versions: re-save at IR 11 and retry
+        try:
+            model = onnx.ModelProto()
+            model.CopyFrom(case.model)
+            model.ir_version = 11
+            mb = model.SerializeToString()
+            cpu = _session(ort, mb, ["CPUExecutionProvider"], None)
+        except Exception as e:  # noqa: BLE001
+            return CaseResult(case.name, op, "not-runnable", f"ORT CPU cannot load: {str(e)[:120]}")
+    try:
+        for feeds in feeds_list:
+            cpu.run(None, feeds)
+    except Exception as e:  # noqa: BLE001
+        return CaseResult(case.name, op, "not-runnable", f"ORT CPU cannot run: {str(e)[:120]}")
+    try:
+        sess = _session(ort, mb, [EP, "CPUExecutionProvider"], tmp)
+        results = [sess.run(None, feeds) for feeds in feeds_list]
+    except Exception as e:  # noqa: BLE001 - our EP broke a model ORT can run: that is our fault
+        return CaseResult(case.name, op, "ep-error", str(e).splitlines()[0][:300])
+    placed = _placement(sess)
+    ours, total = placed.get(EP, 0), sum(placed.values())
+    wrong = None
+    for got_all, (_, want_all) in zip(results, data, strict=True):
+        for g, w in zip(got_all, want_all, strict=False):
+            wrong = wrong or _mismatch(g, w, case.rtol, case.atol)
+    if ours == 0:
+        return CaseResult(case.name, op, "refused", _refusal_reason(model))
+    if wrong:
+        return CaseResult(case.name, op, "claimed-wrong", wrong)
+    return CaseResult(case.name, op, "claimed-correct" if ours == total else "partial-correct",
+                      "" if ours == total else f"{ours}/{total} node events on {EP}")
+
+
+def _refusal_reason(model: onnx.ModelProto) -> str:
+    from .ep.partition import partition
+    from .frontend import model_to_dict
+
+    try:
+        part = partition(model_to_dict(model))
+    except Exception as e:  # noqa: BLE001
+        return f"partition failed: {e}"
+    return "; ".join(sorted(set(part.refused.values())))[:300] or "not claimed by ORT"
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m migraphx_ep.conformance", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--ops", default="", help="comma list of ONNX op types (default: all)")
+    ap.add_argument("--filter", default="", help="substring of the test name")
+    ap.add_argument("--show", default="claimed-wrong,ep-error", help="statuses to list case by case")
+    ap.add_argument("--json", default="", help="write every case's result here")
+    ap.add_argument("--per-op", action="store_true", help="print a per-op table")
+    a = ap.parse_args(argv)
+    warnings.simplefilter("ignore")
+    import onnxruntime as ort
+    from onnx.backend.test.case.node import collect_testcases
+
+    import migraphx_ep  # noqa: F401 - registers the EP and routes its name
+
+    wanted = {o for o in a.ops.split(",") if o}
+    show = {s for s in a.show.split(",") if s}
+    results: list[CaseResult] = []
+    t0 = time.time()
+    cases = [c for c in collect_testcases(None) if c.kind == "node"]
+    with tempfile.TemporaryDirectory() as tmp:
+        for n, case in enumerate(cases):
+            if wanted and not ({x.op_type for x in case.model.graph.node} & wanted):
+                continue
+            if a.filter and a.filter not in case.name:
+                continue
+            r = run_case(ort, case, tmp)
+            results.append(r)
+            if r.status in show:
+                print(f"{r.status:16} {r.name}: {r.detail}", flush=True)
+            if n % 200 == 0:
+                print(f"... {n}/{len(cases)} cases, {time.time() - t0:.0f} s", file=sys.stderr, flush=True)
+    counts = collections.Counter(r.status for r in results)
+    if a.per_op:
+        per: dict[str, collections.Counter] = collections.defaultdict(collections.Counter)
+        for r in results:
+            per[r.op][r.status] += 1
+        for op in sorted(per):
+            print(f"{op:34} " + " ".join(f"{k}={v}" for k, v in sorted(per[op].items())))
+    runnable = sum(v for k, v in counts.items() if k != "not-runnable")
+    good = counts["claimed-correct"]
+    print(f"cases {len(results)}, ORT-runnable {runnable}: claimed-correct {good} "
+          f"({100.0 * good / max(runnable, 1):.1f}%), partial-correct {counts['partial-correct']}, "
+          f"claimed-wrong {counts['claimed-wrong']}, ep-error {counts['ep-error']}, refused {counts['refused']}, "
+          f"not-runnable {counts['not-runnable']} ({time.time() - t0:.0f} s)")
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump({"counts": dict(counts), "cases": [asdict(r) for r in results]}, f, indent=1)
+    return 1 if counts["claimed-wrong"] or counts["ep-error"] else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,117 @@
+"""A fused subgraph claimed by the EP: compiled once per input-shape key, run on every Compute.
+
+Shapes seen at Run pick a compiled program from a bounded LRU cache; a new shape compiles (once,
+under a lock: ORT may call Compute concurrently) instead of failing or silently recompiling forever.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections import OrderedDict
+from collections.abc import Callable
+
+import numpy as np
+
+from ..frontend.parser import parse_graph
+from ..ir.dtypes import DType, from_onnx, to_numpy
+from ..ir.program import Program
+from ..ir.shape import Shape
+from .options import EpOptions
+
+log = logging.getLogger("migraphx_ep")
+
+ShapeKey = tuple[tuple[int, ...], ...]
+
+
+class InputError(ValueError):
+    """Run was given inputs the compiled subgraph cannot take (count, element type, dims)."""
+
+
+def _owned(graph: dict) -> dict:
+    """A copy whose initializers we own: ORT's buffers are only promised for the Compile call."""
+    g = dict(graph)
+    g["initializers"] = {k: np.array(v, copy=True) for k, v in graph.get("initializers", {}).items()}
+    return g
+
+
+class CompiledSubgraph:
+    def __init__(self, graph: dict, name: str, options: EpOptions,
+                 compile_program: Callable[[Program, EpOptions], None]) -> None:
+        self.name = name
+        self.options = options
+        self.graph = _owned(graph)
+        self._compile_program = compile_program
+        values = graph.get("values", {})
+        self.input_names: list[str] = list(graph["inputs"])
+        self.output_names: list[str] = list(graph["outputs"])
+        self.input_types: list[DType] = [from_onnx(values[n]["dtype"]) for n in self.input_names]
+        self.input_dims: list[list | None] = [values[n].get("shape") for n in self.input_names]
+        self.programs: OrderedDict[ShapeKey, Program] = OrderedDict()
+        self.compiles = 0  # how many programs were built (tests and stats read this)
+        self._lock = threading.Lock()
+        if all(d is not None and all(isinstance(x, int) and x >= 0 for x in d) for d in self.input_dims):
+            self.program_for(tuple(tuple(d) for d in self.input_dims))  # type: ignore[arg-type]
+        else:
+            self._precompile_batches()
+
+    # -- compiling --------------------------------------------------------------------------------
+    def _build(self, key: ShapeKey) -> Program:
+        shapes = {n: Shape(t, dims) for n, t, dims in zip(self.input_names, self.input_types, key, strict=True)}
+        prog = parse_graph(self.graph, shapes).program
+        self._compile_program(prog, self.options)
+        self.compiles += 1
+        return prog
+
+    def program_for(self, key: ShapeKey) -> Program:
+        with self._lock:
+            prog = self.programs.get(key)
+            if prog is not None:
+                self.programs.move_to_end(key)
+                return prog
+            prog = self._build(key)
+            self.programs[key] = prog
+            while len(self.programs) > self.options.max_compiled_models:
+                evicted, _ = self.programs.popitem(last=False)
+                log.info("%s: evicted compiled program for input dims %s (max_compiled_models=%d)",
+                         self.name, evicted, self.options.max_compiled_models)
+            return prog
+
+    def _precompile_batches(self) -> None:
+        """With max_dynamic_batch, compile power-of-two batch sizes ahead of the first Run."""
+        limit = self.options.max_dynamic_batch
+        if limit <= 0 or not self.input_dims:
+            return
+        if any(d is None or not d for d in self.input_dims):
+            return
+        rest_static = all(all(isinstance(x, int) and x >= 0 for x in d[1:]) for d in self.input_dims)  # type: ignore
+        batch_syms = {d[0] for d in self.input_dims if not isinstance(d[0], int)}  # type: ignore[index]
+        if not rest_static or len(batch_syms) != 1:
+            return
+        b = 1
+        while b <= limit:
+            key = tuple(tuple([b if not isinstance(d[0], int) else d[0], *d[1:]])  # type: ignore[index]
+                        for d in self.input_dims)
+            self.program_for(key)  # type: ignore[arg-type]
+            b *= 2
+
+    # -- running ----------------------------------------------------------------------------------
+    def check_inputs(self, inputs: list[np.ndarray]) -> ShapeKey:
+        if len(inputs) != len(self.input_names):
+            raise InputError(f"{self.name}: expected {len(self.input_names)} inputs, got {len(inputs)}")
+        for name, t, dims, arr in zip(self.input_names, self.input_types, self.input_dims, inputs, strict=True):
+            if arr.dtype != to_numpy(t):
+                raise InputError(f"{self.name}: input {name!r} has element type {arr.dtype}, expected {to_numpy(t)}")
+            if dims is not None:
+                if len(dims) != arr.ndim:
+                    raise InputError(f"{self.name}: input {name!r} has rank {arr.ndim}, expected {len(dims)}")
+                for axis, (want, got) in enumerate(zip(dims, arr.shape, strict=True)):
+                    if isinstance(want, int) and want >= 0 and want != got:
+                        raise InputError(f"{self.name}: input {name!r} dim {axis} is {got}, expected {want}")
+        return tuple(tuple(int(n) for n in a.shape) for a in inputs)
+
+    def run(self, inputs: list[np.ndarray]) -> list[np.ndarray]:
+        key = self.check_inputs(inputs)
+        prog = self.program_for(key)
+        outs = prog.run_numpy(dict(zip(self.input_names, inputs, strict=True)))
+        return [np.asarray(o) for o in outs]

@@ -1,0 +1,123 @@
+"""Which nodes the EP claims: supported nodes grouped into maximal *convex* partitions.
+
+ORT drops every claim of a GetCapability call if some group has an outside node on a path between
+two of its nodes, so convexity is checked with ancestor/descendant bitsets (Python ints).
+Support is decided by the frontend itself (a tolerant probe parse), so a claimed node is one the
+compiler has already translated once: the parser is the single source of truth.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ..frontend.parser import parse_graph, probe_dims, topo_order
+
+MAX_ROUNDS = 8
+
+
+@dataclass
+class Partition:
+    groups: list[list[int]]  # node indices, each group in topological order
+    refused: dict[int, str] = field(default_factory=dict)  # node index -> reason
+
+
+def _edges(nodes: list[dict]) -> tuple[list[list[int]], list[int]]:
+    """Producer lists per node (by position) and a topological order of positions."""
+    pos_of = {n["index"]: p for p, n in enumerate(nodes)}
+    produced = {o: pos_of[n["index"]] for n in nodes for o in n["outputs"] if o}
+    preds: list[list[int]] = []
+    for n in nodes:
+        deps = list(n["inputs"]) + list(n.get("implicit_inputs", ()))
+        preds.append(sorted({produced[d] for d in deps if d in produced}))
+    order = [pos_of[n["index"]] for n in topo_order(nodes, ())]
+    return preds, order
+
+
+def convex_groups(nodes: list[dict], supported: set[int]) -> list[list[int]]:
+    """Greedy topological clustering of supported nodes into convex groups (by node index)."""
+    preds, order = _edges(nodes)
+    n = len(nodes)
+    anc = [0] * n  # ancestors including self
+    for p in order:
+        a = 1 << p
+        for q in preds[p]:
+            a |= anc[q]
+        anc[p] = a
+    succs: list[list[int]] = [[] for _ in range(n)]
+    for p in range(n):
+        for q in preds[p]:
+            succs[q].append(p)
+    desc = [0] * n  # descendants including self
+    for p in reversed(order):
+        d = 1 << p
+        for q in succs[p]:
+            d |= desc[q]
+        desc[p] = d
+
+    group_of: dict[int, int] = {}
+    members: list[int] = []  # bitmask of each group
+    g_anc: list[int] = []
+    g_desc: list[int] = []
+
+    def convex(mask: int, a: int, d: int) -> bool:
+        return (a & d) & ~mask == 0  # nothing outside lies between two members
+
+    for p in order:
+        if nodes[p]["index"] not in supported:
+            continue
+        cands = sorted({group_of[q] for q in preds[p] if q in group_of}, key=lambda g: -bin(members[g]).count("1"))
+        placed = None
+        if cands:
+            mask, a, d = 1 << p, anc[p], desc[p]
+            for g in cands:
+                mask, a, d = mask | members[g], a | g_anc[g], d | g_desc[g]
+            if convex(mask, a, d):  # join all producer groups at once
+                placed = cands[0]
+                for g in cands[1:]:
+                    for q in range(n):
+                        if members[g] >> q & 1:
+                            group_of[q] = placed
+                    members[g] = g_anc[g] = g_desc[g] = 0
+                members[placed], g_anc[placed], g_desc[placed] = mask, a, d
+            else:
+                for g in cands:
+                    mask, a, d = members[g] | 1 << p, g_anc[g] | anc[p], g_desc[g] | desc[p]
+                    if convex(mask, a, d):
+                        placed = g
+                        members[g], g_anc[g], g_desc[g] = mask, a, d
+                        break
+        if placed is None:
+            placed = len(members)
+            members.append(1 << p)
+            g_anc.append(anc[p])
+            g_desc.append(desc[p])
+        group_of[p] = placed
+
+    groups: dict[int, list[int]] = {}
+    for p in order:
+        if p in group_of:
+            groups.setdefault(group_of[p], []).append(nodes[p]["index"])
+    return [g for g in groups.values() if g]
+
+
+def partition(graph: dict) -> Partition:
+    """Probe-parse, group, then re-probe with group boundaries until claims are stable."""
+    nodes = graph["nodes"]
+    all_idx = {n["index"] for n in nodes}
+    refused: dict[int, str] = dict(parse_graph(graph, resolve_dim=probe_dims(), tolerant=True).refused)
+    groups: list[list[int]] = []
+    for _ in range(MAX_ROUNDS):
+        groups = convex_groups(nodes, all_idx - set(refused))
+        group_of = {i: g for g, members in enumerate(groups) for i in members}
+        probe = parse_graph(graph, resolve_dim=probe_dims(), tolerant=True, claimed=set(group_of), group_of=group_of)
+        newly = {i: r for i, r in probe.refused.items() if i in group_of}
+        if not newly:
+            break
+        for i, r in newly.items():
+            refused[i] = f"{r} (within its partition)" if "constant" in r else r
+    else:  # claims never settled: claiming nothing is the only answer known to be right
+        for g in groups:
+            for i in g:
+                refused.setdefault(i, "partitioning did not converge")
+        groups = []
+    return Partition(groups, {i: r for i, r in refused.items() if i in all_idx})

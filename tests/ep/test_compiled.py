@@ -1,0 +1,77 @@
+"""A claimed subgraph at Run: per-shape compile cache, LRU bound, input checks, dynamic batch."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from onnx import TensorProto as T
+from onnx import helper as h
+
+from migraphx_ep.ep.compiled import InputError
+from migraphx_ep.ep.provider import create_ep
+from migraphx_ep.frontend import model_to_dict
+
+
+def graph(dims=("N", 3)) -> dict:
+    g = h.make_graph([h.make_node("Add", ["x", "w"], ["a"]), h.make_node("Relu", ["a"], ["y"])], "g",
+                     [h.make_tensor_value_info("x", T.FLOAT, list(dims))],
+                     [h.make_tensor_value_info("y", T.FLOAT, list(dims))],
+                     [h.make_tensor("w", T.FLOAT, [3], [1.0, -2.0, 3.0])])
+    return model_to_dict(h.make_model(g, opset_imports=[h.make_opsetid("", 17)]))
+
+
+def compiled(options=None, dims=("N", 3)):
+    ep = create_ep({"migraphx_target": "ref", **(options or {})})
+    return ep.compile(graph(dims), "fused_0")
+
+
+def ref(x):
+    return np.maximum(x + np.array([1.0, -2.0, 3.0], np.float32), 0)
+
+
+def test_new_shape_compiles_once_and_is_cached():
+    c = compiled()
+    assert c.compiles == 0  # symbolic batch: nothing to compile before the first Run
+    rng = np.random.default_rng(0)
+    for n in (2, 5, 2, 5, 7):
+        x = rng.standard_normal((n, 3)).astype(np.float32)
+        np.testing.assert_allclose(c.run([x])[0], ref(x), rtol=1e-6)
+    assert c.compiles == 3
+
+
+def test_static_shape_compiles_at_creation():
+    c = compiled(dims=(4, 3))
+    assert c.compiles == 1
+    x = np.ones((4, 3), np.float32)
+    np.testing.assert_allclose(c.run([x])[0], ref(x))
+
+
+def test_lru_bound_evicts_least_recent():
+    c = compiled({"migraphx_max_compiled_models": "2"})
+    for n in (1, 2, 3):
+        c.run([np.ones((n, 3), np.float32)])
+    assert list(c.programs) == [((2, 3),), ((3, 3),)]
+    c.run([np.ones((1, 3), np.float32)])
+    assert c.compiles == 4
+
+
+def test_max_dynamic_batch_precompiles_powers_of_two():
+    c = compiled({"migraphx_max_dynamic_batch": "8"})
+    assert sorted(k[0][0] for k in c.programs) == [1, 2, 4, 8]
+    c.run([np.ones((4, 3), np.float32)])
+    assert c.compiles == 4
+
+
+@pytest.mark.parametrize("x,msg", [
+    (np.ones((2, 3), np.float64), "element type float64, expected float32"),
+    (np.ones((2, 4), np.float32), "dim 1 is 4, expected 3"),
+    (np.ones((2, 3, 1), np.float32), "rank 3, expected 2"),
+])
+def test_bad_inputs_are_clear_errors(x, msg):
+    with pytest.raises(InputError, match=msg):
+        compiled().run([x])
+
+
+def test_wrong_input_count():
+    with pytest.raises(InputError, match="expected 1 inputs, got 2"):
+        compiled().run([np.ones((1, 3), np.float32)] * 2)

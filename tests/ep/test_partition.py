@@ -1,0 +1,96 @@
+"""Partitioning: claimed groups are convex, maximal, and respect what the frontend can compile."""
+
+from __future__ import annotations
+
+import numpy as np
+from onnx import TensorProto as T
+from onnx import helper as h
+
+from migraphx_ep.ep.partition import convex_groups, partition
+from migraphx_ep.frontend import model_to_dict
+
+
+def nodes(*edges: tuple[list[str], list[str]]) -> list[dict]:
+    return [{"index": i, "inputs": ins, "outputs": outs} for i, (ins, outs) in enumerate(edges)]
+
+
+def is_convex(ns: list[dict], group: list[int]) -> bool:
+    """Brute force: no node outside the group is both reachable from and reaching into it."""
+    produced = {o: n["index"] for n in ns for o in n["outputs"]}
+    succ: dict[int, set[int]] = {n["index"]: set() for n in ns}
+    for n in ns:
+        for i in n["inputs"]:
+            if i in produced:
+                succ[produced[i]].add(n["index"])
+
+    def reach(start: set[int]) -> set[int]:
+        seen, todo = set(), list(start)
+        while todo:
+            x = todo.pop()
+            for y in succ[x]:
+                if y not in seen:
+                    seen.add(y)
+                    todo.append(y)
+        return seen
+
+    g = set(group)
+    below = reach(g)
+    return all(not (reach({x}) & g) for x in below - g)
+
+
+def test_unsupported_in_middle_splits_group():
+    # a -> b(unsupported) -> c, and a -> c directly: {a, c} would not be convex
+    ns = nodes((["x"], ["a"]), (["a"], ["b"]), (["a", "b"], ["c"]), (["c"], ["d"]))
+    groups = convex_groups(ns, {0, 2, 3})
+    assert groups == [[0], [2, 3]]
+    assert all(is_convex(ns, g) for g in groups)
+
+
+def test_everything_supported_is_one_group():
+    ns = nodes((["x"], ["a"]), (["a"], ["b"]), (["a", "b"], ["c"]), (["c"], ["d"]))
+    assert convex_groups(ns, {0, 1, 2, 3}) == [[0, 1, 2, 3]]
+
+
+def test_independent_branches_merge_when_convex():
+    # two parallel chains joined at the end: all supported -> one group
+    ns = nodes((["x"], ["a"]), (["x"], ["b"]), (["a"], ["c"]), (["b"], ["d"]), (["c", "d"], ["e"]))
+    assert convex_groups(ns, set(range(5))) == [[0, 1, 2, 3, 4]] or len(convex_groups(ns, set(range(5)))) == 1
+
+
+def test_random_dags_always_convex():
+    rng = np.random.default_rng(0)
+    for _ in range(200):
+        n = int(rng.integers(2, 14))
+        ns = []
+        for i in range(n):
+            k = int(rng.integers(0, min(i, 3) + 1))
+            srcs = [f"v{j}" for j in rng.choice(i, size=k, replace=False)] if i and k else ["x"]
+            ns.append({"index": i, "inputs": srcs, "outputs": [f"v{i}"]})
+        supported = {i for i in range(n) if rng.random() < 0.7}
+        groups = convex_groups(ns, supported)
+        claimed = [i for g in groups for i in g]
+        assert sorted(claimed) == sorted(supported)  # every supported node is claimed exactly once
+        for g in groups:
+            assert is_convex(ns, g), (ns, supported, groups)
+
+
+def _model(nodes_, inputs, outputs, inits=(), vis=()):
+    g = h.make_graph(nodes_, "g", inputs, outputs, list(inits), value_info=list(vis))
+    return h.make_model(g, opset_imports=[h.make_opsetid("", 17)])
+
+
+def test_partition_refuses_unknown_op_with_reason():
+    m = _model([h.make_node("Relu", ["x"], ["a"]), h.make_node("NotAnOp", ["a"], ["b"], domain="custom"),
+                h.make_node("Relu", ["b"], ["y"])],
+               [h.make_tensor_value_info("x", T.FLOAT, ["N", 4])], [h.make_tensor_value_info("y", T.FLOAT, ["N", 4])],
+               vis=[h.make_tensor_value_info("b", T.FLOAT, ["N", 4])])
+    p = partition(model_to_dict(m))
+    assert p.groups == [[0], [2]]
+    assert "no parser for custom::NotAnOp" in p.refused[1]
+
+
+def test_partition_refuses_string_tensors():
+    m = _model([h.make_node("Identity", ["s"], ["t"])],
+               [h.make_tensor_value_info("s", T.STRING, [2])], [h.make_tensor_value_info("t", T.STRING, [2])])
+    p = partition(model_to_dict(m))
+    assert p.groups == [] and "unsupported ONNX element type 8" in p.refused[0]
