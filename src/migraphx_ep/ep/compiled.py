@@ -29,10 +29,9 @@ class InputError(ValueError):
 
 
 def _owned(graph: dict) -> dict:
-    """A copy whose initializers we own: ORT's buffers are only promised for the Compile call."""
-    g = dict(graph)
-    g["initializers"] = {k: np.array(v, copy=True) for k, v in graph.get("initializers", {}).items()}
-    return g
+    """Keep the initializers as given: ORT keeps their buffers alive as fused-node inputs until release
+    (see ep/bridge.py), so views stay valid and multi-GB weights are never copied."""
+    return dict(graph)
 
 
 class CompiledSubgraph:
