@@ -1,0 +1,171 @@
+"""propagate_constant: replace constant subexpressions read by non-constant code with one literal.
+
+As in MIGraphX, only the *frontier* is folded: constant instructions read by a non-constant instruction
+(or by ``@return``); the constant chains behind them become garbage for DCE. Values are computed lazily,
+each constant instruction at most once, in module order, with the op's own ``compute`` (the same
+meaning as ``Instruction.eval``), and intermediate values are dropped once their last reader has run,
+so ResNet/BERT-sized modules fold in one linear walk.
+
+Size rule, so a tiny literal is never materialised into a huge one (an Expand of a scalar, a range):
+an instruction is not folded (it stays an instruction, and its own constant inputs become the frontier)
+when
+  * its result is a broadcast view (fewer stored elements than logical ones), or
+  * its result is larger than 64 KiB and more than 4x the bytes its inputs really store (a skipped
+    instruction stores nothing itself: it weighs what its inputs weigh).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import numpy as np
+
+from ..ir.dtypes import DType
+from ..ir.instruction import Instruction
+from ..ir.module import Module
+from ..ir.operation import Literal, ModuleOp
+from ..ir.shape import Shape
+from .manager import Pass
+from .rewrite import replace_value
+
+log = logging.getLogger("migraphx_ep.passes.propagate_constant")
+
+MIN_BYTES = 64 * 1024  # results up to this size always fold
+GROWTH = 4  # larger results fold only if at most this many times their inputs' stored bytes
+
+# Exceptions an op's compute may raise on a constant it cannot evaluate (no reference implementation,
+# integer division by zero...): the instruction is left for run time, which reports it.
+_EVAL_ERRORS = (ArithmeticError, ValueError, TypeError, IndexError, NotImplementedError)
+
+
+def stored_bytes(s: Shape) -> int:
+    """Bytes a value of shape ``s`` occupies once packed (a broadcast stores only its distinct elements)."""
+    if s.type == DType.tuple_type:
+        return sum(stored_bytes(x) for x in s.sub_shapes)
+    return min(s.element_space(), s.elements()) * s.type_size()
+
+
+def _is_const(ins: Instruction, const: set[int]) -> bool:
+    """Mirrors ``Instruction.eval``: depends on literals only, and deterministic."""
+    if ins.is_literal():
+        return True
+    if ins.is_param() or ins.is_return() or isinstance(ins.op, ModuleOp) or ins.module_args:
+        return False
+    if getattr(ins.op, "nondeterministic", False):
+        return False
+    return all(id(i) in const for i in ins.inputs)
+
+
+def too_big(ins: Instruction, weight: dict[int, int]) -> bool:
+    """The size rule; ``weight``: bytes each constant input really stores (see ``propagate_constant``)."""
+    s = ins.shape
+    if s.type == DType.tuple_type:
+        return True  # no tuple literals; its get_tuple_elem readers fold instead
+    if s.element_space() < s.elements():
+        return True
+    out = s.elements() * s.type_size()
+    return out > MIN_BYTES and out > GROWTH * sum(weight[id(i)] for i in ins.inputs)
+
+
+class _Values:
+    """Lazy, memoised constant evaluation; a value is freed once every constant reader has used it."""
+
+    def __init__(self) -> None:
+        self.memo: dict[int, Any] = {}  # arrays (lists for tuple-typed instructions)
+        self.pending: dict[int, int] = {}  # readers still to consume a memoised value
+
+    def get(self, root: Instruction) -> np.ndarray | None:
+        stack = [root]
+        while stack:
+            ins = stack[-1]
+            if id(ins) in self.memo:
+                stack.pop()
+                continue
+            if ins.is_literal():
+                self.memo[id(ins)] = ins.op.value  # type: ignore[attr-defined]
+                stack.pop()
+                continue
+            todo = [i for i in ins.inputs if id(i) not in self.memo]
+            if todo:
+                stack.extend(todo)
+                continue
+            try:
+                value = ins.op.compute(ins.shape, [self.memo[id(i)] for i in ins.inputs])
+            except _EVAL_ERRORS as e:
+                log.info("not folding %s: %s", ins.op, e)
+                return None
+            if ins.shape.type == DType.tuple_type:
+                pass  # a list, read by get_tuple_elem
+            elif (value := np.asarray(value)).shape != ins.shape.lens or value.dtype != ins.shape.dtype:
+                got = f"{value.dtype}{list(value.shape)}"
+                raise RuntimeError(f"{ins.op}: compute gave {got}, its shape says {ins.shape}")
+            self.memo[id(ins)] = value
+            self.pending[id(ins)] = len(ins.outputs)
+            for i in ins.inputs:
+                self._consume(i)
+            stack.pop()
+        return self.memo[id(root)]
+
+    def _consume(self, ins: Instruction) -> None:
+        if id(ins) in self.pending:
+            self.pending[id(ins)] -= 1
+            if self.pending[id(ins)] <= 0:
+                del self.memo[id(ins)], self.pending[id(ins)]
+
+    def forget(self, ins: Instruction) -> None:
+        self.memo.pop(id(ins), None)
+        self.pending.pop(id(ins), None)
+
+
+def propagate_constant(m: Module) -> bool:
+    const: set[int] = set()  # depends on literals only
+    foldable: set[int] = set()  # ... and passes the size rule
+    # Bytes a constant really stores: its packed size if foldable (it may become a literal), else what its
+    # inputs store (a skipped broadcast of a scalar weighs 4 bytes, and so does a copy of it). Folding
+    # leaves every weight unchanged, which keeps the pass idempotent.
+    weight: dict[int, int] = {}
+    values = _Values()
+    changed = False
+    last = m.instructions[-1] if m.instructions and m.get_return() is None else None
+
+    def fold(f: Instruction) -> None:
+        nonlocal changed
+        if f.is_literal() or id(f) not in foldable or not f.outputs:
+            return
+        v = values.get(f)
+        if v is None:
+            return
+        lit = m.add_literal(v)
+        if replace_value(m, f, lit):
+            values.forget(f)
+            # Later readers (not yet visited) now read the literal: it is constant like f was.
+            const.add(id(lit))
+            foldable.add(id(lit))
+            weight[id(lit)] = weight[id(f)]
+            changed = True
+        else:
+            m.remove_instruction(lit)
+
+    for ins in m:
+        if _is_const(ins, const):
+            const.add(id(ins))
+            if ins.is_literal() or not too_big(ins, weight):
+                foldable.add(id(ins))
+                weight[id(ins)] = stored_bytes(ins.shape)
+                if ins is last and not ins.is_literal():
+                    # No @return: the last instruction is the output and has no reader to redirect.
+                    v = values.get(ins)
+                    if v is not None and Shape.of(v) == ins.shape:  # the output layout is the interface
+                        m.replace_instruction(ins, Literal(v), [])
+                        changed = True
+                continue
+            # A tuple's elements are computed by its op; anything else skipped is a view or copy.
+            tup = ins.shape.type == DType.tuple_type
+            weight[id(ins)] = stored_bytes(ins.shape) if tup else sum(weight[id(i)] for i in ins.inputs)
+        for i in dict.fromkeys(ins.inputs):
+            fold(i)
+    return changed
+
+
+PROPAGATE_CONSTANT = Pass("propagate_constant", propagate_constant)

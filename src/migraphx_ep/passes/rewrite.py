@@ -1,0 +1,352 @@
+"""rewrite: a small declarative rewrite engine (patterns with bound names, rules, capped fixpoint).
+
+A rule is ``rule(pattern, rewrite)`` on one line with a ``# x*1 -> x`` comment. Patterns bind names
+(``var("x")``, ``op("neg", x, bind="n")``); the rewrite gets a builder ``r`` whose attributes are the
+bindings and which inserts new instructions before the matched root (``r.op``, ``r.literal``, ``r.fold``).
+It returns the instruction that replaces the root, or None. Rules never walk ``inputs[...]`` by hand.
+
+Replacement goes through ``replace_value``, which refuses when a user's stored shape would go stale
+(e.g. a view of a transposed value replaced by a standard one), so every rule keeps ``validate()`` clean.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ..ir.dtypes import from_numpy
+from ..ir.instruction import Instruction
+from ..ir.module import Module, ModuleError
+from ..ir.operation import ModuleOp, Op, make_op
+from ..ir.shape import Shape, ShapeError
+from ..ops.core import broadcast_lens
+
+log = logging.getLogger("migraphx_ep.passes.rewrite")
+
+Bindings = dict[str, Instruction]
+Predicate = Callable[[Instruction], bool]
+
+# Binary ops whose operands may be swapped when matching: exact in IEEE (NaN payloads aside). Not max/min:
+# numpy's maximum(-0.0, 0.0) and maximum(0.0, -0.0) differ in the sign of the zero they return.
+COMMUTATIVE = frozenset({"add", "mul"})
+
+# Ops that only select or copy elements, so a splat (all-equal) constant stays a splat through them.
+_VALUE_PRESERVING = frozenset({"contiguous", "reshape", "flatten"})
+
+
+# -- shapes and safe replacement -------------------------------------------------------------------------
+def op_shape(o: Op, inputs: Sequence[Instruction], mods: Sequence[Module] = ()) -> Shape | None:
+    """The shape ``o`` gives on ``inputs`` (and module args), or None if it rejects them."""
+    shapes = [i.shape for i in inputs]
+    try:
+        if isinstance(o, ModuleOp):
+            return o.compute_shape_with_modules(shapes, list(mods))
+        return o.compute_shape(shapes)
+    except (ShapeError, ValueError, TypeError, IndexError):
+        return None
+
+
+def recompute_shape(ins: Instruction, inputs: Sequence[Instruction]) -> Shape | None:
+    """The shape ``ins``'s op would give on ``inputs``, or None if it rejects them."""
+    return op_shape(ins.op, inputs, ins.module_args)
+
+
+def replace_value(m: Module, old: Instruction, new: Instruction, partial: bool = False) -> bool:
+    """Redirect every user of ``old`` to ``new`` if no user's shape changes; False (no edit) otherwise.
+
+    ``new`` must compute the same values and come before ``old``'s users. Equal lens and type are
+    required; differing strides (a view vs a packed copy) are accepted only where each user's shape is
+    unaffected, ``@return`` included: a module's output shapes are its interface (and an ``if``/``loop``
+    computed its own shape from them). With ``partial``, the users that can move do, and the rest keep
+    reading ``old`` (True if any moved).
+    """
+    if new is old:
+        return False
+    if new.shape.lens != old.shape.lens or new.shape.type != old.shape.type:
+        return False
+    users = list(dict.fromkeys(old.outputs))
+    if new.shape != old.shape:
+        ok = [u for u in users if recompute_shape(u, [new if i is old else i for i in u.inputs]) == u.shape]
+        if len(ok) != len(users) and not partial:
+            return False
+        users = ok
+    for user in users:
+        user.replace_inputs([new if i is old else i for i in user.inputs])
+    return bool(users)
+
+
+# -- constants seen through views ------------------------------------------------------------------------
+def literal_source(ins: Instruction) -> Instruction | None:
+    """The literal that ``ins`` is a view (or plain copy) of, or None."""
+    while not ins.is_literal():
+        if len(ins.inputs) != 1 or ins.module_args:
+            return None
+        if ins.op.output_alias([ins.inputs[0].shape]) != 0 and ins.name not in _VALUE_PRESERVING:
+            return None
+        ins = ins.inputs[0]
+    return ins
+
+
+def compact_value(ins: Instruction) -> np.ndarray | None:
+    """A constant's value before its trailing ``multibroadcast``s (small; numpy-broadcastable to ins)."""
+    while ins.name == "multibroadcast":
+        ins = ins.inputs[0]
+    if literal_source(ins) is None:
+        return None
+    return ins.eval()
+
+
+def is_splat(ins: Instruction, value: float) -> bool:
+    """All elements equal ``value``; for floats the sign of zero must match too (+0.0 is not -0.0)."""
+    lit = literal_source(ins)
+    if lit is None:
+        return False
+    arr = lit.op.value  # type: ignore[attr-defined]
+    if arr.dtype == np.bool_:
+        return False
+    flat = arr.reshape(-1)
+    if flat.size and not _equal(flat[:1], value):
+        return False  # cheap reject before scanning a large weight
+    return _equal(flat, value)
+
+
+def _equal(a: np.ndarray, value: float) -> bool:
+    if a.dtype.kind in "iu":
+        return bool(np.all(a == value))
+    f = a.astype(np.float64)
+    return bool(np.all(f == value) and np.all(np.signbit(f) == np.signbit(value)))
+
+
+# -- patterns -------------------------------------------------------------------------------------------
+class Pattern:
+    def match(self, ins: Instruction, b: Bindings) -> Bindings | None:
+        """Bindings extended by this match, or None; ``b`` itself is never modified."""
+        raise NotImplementedError
+
+    def roots(self) -> frozenset[str] | None:
+        """Op names this pattern can match at its root (None: any)."""
+        return None
+
+
+def _bind(name: str | None, ins: Instruction, b: Bindings) -> Bindings | None:
+    if name is None:
+        return b
+    if name in b:
+        return b if b[name] is ins else None  # a repeated name must be the same instruction
+    return {**b, name: ins}
+
+
+@dataclass(frozen=True)
+class Var(Pattern):
+    name: str
+    when: Predicate | None = None
+
+    def match(self, ins: Instruction, b: Bindings) -> Bindings | None:
+        if self.when is not None and not self.when(ins):
+            return None
+        return _bind(self.name, ins, b)
+
+
+@dataclass(frozen=True)
+class OpPattern(Pattern):
+    names: frozenset[str]
+    args: tuple[Pattern, ...] | None
+    bind: str | None = None
+    when: Predicate | None = None
+
+    def roots(self) -> frozenset[str] | None:
+        return self.names
+
+    def match(self, ins: Instruction, b: Bindings) -> Bindings | None:
+        if ins.name not in self.names or (self.when is not None and not self.when(ins)):
+            return None
+        b2 = _bind(self.bind, ins, b)
+        if b2 is None or self.args is None:
+            return b2
+        if len(ins.inputs) != len(self.args):
+            return None
+        orders = [ins.inputs]
+        if ins.name in COMMUTATIVE and len(ins.inputs) == 2:
+            orders.append(ins.inputs[::-1])
+        for inputs in orders:
+            got: Bindings | None = b2
+            for p, i in zip(self.args, inputs, strict=True):
+                got = p.match(i, got)
+                if got is None:
+                    break
+            if got is not None:
+                return got
+        return None
+
+
+@dataclass(frozen=True)
+class Splat(Pattern):
+    value: float
+    bind: str | None = None
+
+    def match(self, ins: Instruction, b: Bindings) -> Bindings | None:
+        return _bind(self.bind, ins, b) if is_splat(ins, self.value) else None
+
+
+@dataclass(frozen=True)
+class Const(Pattern):
+    name: str
+
+    def match(self, ins: Instruction, b: Bindings) -> Bindings | None:
+        return _bind(self.name, ins, b) if literal_source(ins) is not None else None
+
+
+def var(name: str, when: Predicate | None = None) -> Var:
+    """Any instruction, bound to ``name`` (a name used twice must bind the same instruction)."""
+    return Var(name, when)
+
+
+def op(names: str | Iterable[str], *args: Pattern, bind: str | None = None, when: Predicate | None = None,
+       any_args: bool = False) -> OpPattern:
+    """An instruction of op ``names`` whose inputs match ``args`` (both orders for commutative ops)."""
+    ns = frozenset([names] if isinstance(names, str) else names)
+    return OpPattern(ns, None if any_args else tuple(args), bind, when)
+
+
+def splat(value: float, bind: str | None = None) -> Splat:
+    """A constant whose every element is ``value`` (through broadcasts and other views)."""
+    return Splat(value, bind)
+
+
+def const(name: str) -> Const:
+    """A literal, or a view of one (e.g. a broadcast scalar)."""
+    return Const(name)
+
+
+# -- rules and the builder ------------------------------------------------------------------------------
+class Builder:
+    """What a rewrite sees: bindings as attributes, and constructors inserting before the root."""
+
+    def __init__(self, m: Module, root: Instruction, bindings: Bindings) -> None:
+        self._m, self._root, self._b = m, root, bindings
+        self.created: list[Instruction] = []
+
+    def __getattr__(self, name: str) -> Instruction:
+        try:
+            return self.__dict__["_b"][name]
+        except KeyError:
+            raise AttributeError(f"pattern bound no name {name!r}") from None
+
+    @property
+    def root(self) -> Instruction:
+        return self._root
+
+    def op(self, name: str, *args: Instruction, **attrs: Any) -> Instruction:
+        ins = self._m.insert_instruction(self._root, make_op(name, **attrs), list(args))
+        self.created.append(ins)
+        return ins
+
+    def literal(self, value: np.ndarray) -> Instruction:
+        ins = self._m.add_literal(np.asarray(value))
+        self.created.append(ins)
+        return ins
+
+    def fold(self, name: str, *args: Instruction, **attrs: Any) -> Instruction:
+        """``name(*args)`` of constant args, computed now with the op's own ``compute`` at the args'
+        compact (pre-broadcast) dims, then broadcast back: folding two broadcast scalars stays a scalar."""
+        vals = [compact_value(a) for a in args]
+        if any(v is None for v in vals):
+            raise ShapeError(f"fold {name}: an argument is not constant")
+        lens = broadcast_lens(*(v.shape for v in vals))  # type: ignore[union-attr]
+        arrays = [np.broadcast_to(v, lens) for v in vals]  # type: ignore[arg-type]
+        o = make_op(name, **attrs)
+        shape = o.compute_shape([Shape(from_numpy(a.dtype), lens) for a in arrays])
+        lit = self.literal(np.asarray(o.compute(shape, arrays)))
+        full = args[0].shape.lens
+        return lit if lit.shape.lens == full else self.op("multibroadcast", lit, out_lens=full)
+
+    def undo(self) -> None:
+        for ins in reversed(self.created):
+            if not ins.outputs:
+                self._m.remove_instruction(ins)
+        self.created.clear()
+
+
+Rewrite = Callable[[Builder], Instruction | None]
+
+
+@dataclass(frozen=True)
+class Rule:
+    """``pattern`` at a root; ``check`` returns a reason to skip (or None); ``rewrite`` builds the result."""
+
+    pattern: Pattern
+    rewrite: Rewrite
+    check: Callable[[Builder], str | None] | None = None
+    name: str = ""
+
+    def apply(self, m: Module, ins: Instruction) -> bool:
+        b = self.pattern.match(ins, {})
+        if b is None:
+            return False
+        r = Builder(m, ins, b)
+        if self.check is not None:
+            why = self.check(r)
+            if why:
+                log.debug("rule %s at %s: %s", self.name, ins.op, why)
+                return False
+        try:
+            new = self.rewrite(r)
+        except (ShapeError, ModuleError) as e:  # a rewrite the ops reject is simply not applicable
+            log.debug("rule %s at %s: %s", self.name, ins.op, e)
+            new = None
+        if new is not None and replace_value(m, ins, new):
+            if _TRACE:
+                log.warning("rewrite %s: %s -> %s", self.name, ins.op, new.op)
+            return True
+        r.undo()
+        return False
+
+
+def rule(pattern: Pattern, rewrite: Rewrite, when: Callable[[Builder], bool] | None = None,
+         name: str = "") -> Rule:
+    """A one-line rule; ``when`` is an optional condition on the bindings."""
+    check = None if when is None else (lambda r: None if when(r) else "condition not met")
+    return Rule(pattern, rewrite, check, name or repr(pattern))
+
+
+_TRACE = os.environ.get("MIGRAPHX_EP_TRACE_REWRITES", "0") not in ("", "0")
+
+
+def apply_rules(m: Module, rules: Sequence[Rule], max_sweeps: int = 16) -> bool:
+    """Sweep the module applying the first matching rule at each live instruction until nothing changes
+    (at most ``max_sweeps`` sweeps, so a rule set that cycles cannot hang a compile)."""
+    by_root: dict[str, list[Rule]] = {}
+    anywhere: list[Rule] = []
+    for rl in rules:
+        names = rl.pattern.roots()
+        if names is None:
+            anywhere.append(rl)
+        for n in names or ():
+            by_root.setdefault(n, []).append(rl)
+    changed = False
+    for _ in range(max_sweeps):
+        progress = False
+        for ins in m:
+            # Dead or removed roots are skipped: rewriting garbage would "change" forever.
+            if ins.module is not m or not ins.outputs:
+                continue
+            for rl in by_root.get(ins.name, []) + anywhere:
+                if rl.apply(m, ins):
+                    progress = True
+                    break
+        if not progress:
+            return changed
+        changed = True
+    log.info("apply_rules on %s: stopped after %d sweeps", m.name, max_sweeps)
+    return changed
+
+
+__all__ = [
+    "COMMUTATIVE", "Builder", "Pattern", "Rule", "apply_rules", "compact_value", "const", "is_splat",
+    "literal_source", "op", "op_shape", "recompute_shape", "replace_value", "rule", "splat", "var",
+]
