@@ -75,3 +75,35 @@ def test_bad_inputs_are_clear_errors(x, msg):
 def test_wrong_input_count():
     with pytest.raises(InputError, match="expected 1 inputs, got 2"):
         compiled().run([np.ones((1, 3), np.float32)] * 2)
+
+
+def reduce_graph() -> dict:
+    g = h.make_graph([h.make_node("ReduceSum", ["x", "axes"], ["y"], keepdims=0)], "g",
+                     [h.make_tensor_value_info("x", T.FLOAT, [2, 3, 4]), h.make_tensor_value_info("axes", T.INT64, [1])],
+                     [h.make_tensor_value_info("y", T.FLOAT, None)])
+    return model_to_dict(h.make_model(g, opset_imports=[h.make_opsetid("", 18)]))
+
+
+def test_value_specialisation_of_small_inputs():
+    from migraphx_ep.ep.partition import partition
+
+    graph = reduce_graph()
+    assert partition(graph).groups == [[0]]  # claimed although axes is a run-time input
+    ep = create_ep({"migraphx_target": "ref"})
+    c = ep.compile(graph, "fused_0")
+    assert c.value_inputs == [1] and c.compiles == 0
+    x = np.random.default_rng(0).standard_normal((2, 3, 4)).astype(np.float32)
+    for axis in (1, 2, 1, -1):
+        got = c.run([x, np.array([axis], np.int64)])[0]
+        np.testing.assert_allclose(got, x.sum(axis=axis), rtol=1e-6)
+    assert c.compiles == 3  # axes 1, 2, -1: one program per distinct value
+
+
+def test_value_specialisation_is_not_used_for_data():
+    # Gather indices are data: a node never needs their value, so nothing is specialised.
+    g = h.make_graph([h.make_node("Gather", ["x", "i"], ["y"])], "g",
+                     [h.make_tensor_value_info("x", T.FLOAT, [5, 2]), h.make_tensor_value_info("i", T.INT64, [3])],
+                     [h.make_tensor_value_info("y", T.FLOAT, [3, 2])])
+    c = create_ep({"migraphx_target": "ref"}).compile(
+        model_to_dict(h.make_model(g, opset_imports=[h.make_opsetid("", 18)])), "fused_0")
+    assert c.value_inputs == [] and c.compiles == 1

@@ -13,7 +13,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from ..frontend.parser import parse_graph
+from ..frontend.parser import parse_graph, probe_dims
 from ..ir.dtypes import DType, from_onnx, to_numpy
 from ..ir.program import Program
 from ..ir.shape import Shape
@@ -46,29 +46,43 @@ class CompiledSubgraph:
         self.output_names: list[str] = list(graph["outputs"])
         self.input_types: list[DType] = [from_onnx(values[n]["dtype"]) for n in self.input_names]
         self.input_dims: list[list | None] = [values[n].get("shape") for n in self.input_names]
+        # Inputs whose *values* some node needs at compile time (axes, shapes, pads...): their values
+        # join the compile key, so each distinct value compiles once (value specialisation).
+        probe = parse_graph(self.graph, resolve_dim=probe_dims(), tolerant=True, specialize=True)
+        wanted = {n for names in probe.needs_values.values() for n in names}
+        self.value_inputs: list[int] = [i for i, n in enumerate(self.input_names) if n in wanted]
+        self._warned_values = False
         self.programs: OrderedDict[ShapeKey, Program] = OrderedDict()
         self.compiles = 0  # how many programs were built (tests and stats read this)
         self._lock = threading.Lock()
-        if all(d is not None and all(isinstance(x, int) and x >= 0 for x in d) for d in self.input_dims):
+        if self.value_inputs:
+            pass  # nothing can compile before the values are seen at the first Run
+        elif all(d is not None and all(isinstance(x, int) and x >= 0 for x in d) for d in self.input_dims):
             self.program_for(tuple(tuple(d) for d in self.input_dims))  # type: ignore[arg-type]
         else:
             self._precompile_batches()
 
     # -- compiling --------------------------------------------------------------------------------
-    def _build(self, key: ShapeKey) -> Program:
-        shapes = {n: Shape(t, dims) for n, t, dims in zip(self.input_names, self.input_types, key, strict=True)}
-        prog = parse_graph(self.graph, shapes).program
+    def _build(self, key: ShapeKey, values: dict[str, np.ndarray] | None = None) -> Program:
+        dims = key[: len(self.input_names)]
+        shapes = {n: Shape(t, d) for n, t, d in zip(self.input_names, self.input_types, dims, strict=True)}
+        prog = parse_graph(self.graph, shapes, input_values=values).program
         self._compile_program(prog, self.options)
         self.compiles += 1
         return prog
 
-    def program_for(self, key: ShapeKey) -> Program:
+    def program_for(self, key: ShapeKey, values: dict[str, np.ndarray] | None = None) -> Program:
         with self._lock:
             prog = self.programs.get(key)
             if prog is not None:
                 self.programs.move_to_end(key)
                 return prog
-            prog = self._build(key)
+            if values and self.compiles >= self.options.max_compiled_models and not self._warned_values:
+                self._warned_values = True
+                log.warning("%s: input(s) %s change value between runs and each new value compiles a new "
+                            "program; make them constants (initializers) to avoid recompiling", self.name,
+                            sorted(values))
+            prog = self._build(key, values)
             self.programs[key] = prog
             while len(self.programs) > self.options.max_compiled_models:
                 evicted, _ = self.programs.popitem(last=False)
@@ -111,6 +125,10 @@ class CompiledSubgraph:
 
     def run(self, inputs: list[np.ndarray]) -> list[np.ndarray]:
         key = self.check_inputs(inputs)
-        prog = self.program_for(key)
+        values = None
+        if self.value_inputs:
+            values = {self.input_names[i]: inputs[i] for i in self.value_inputs}
+            key = key + tuple((inputs[i].tobytes(),) for i in self.value_inputs)  # type: ignore[operator]
+        prog = self.program_for(key, values)
         outs = prog.run_numpy(dict(zip(self.input_names, inputs, strict=True)))
         return [np.asarray(o) for o in outs]

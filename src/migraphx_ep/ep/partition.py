@@ -104,12 +104,14 @@ def partition(graph: dict) -> Partition:
     """Probe-parse, group, then re-probe with group boundaries until claims are stable."""
     nodes = graph["nodes"]
     all_idx = {n["index"] for n in nodes}
-    refused: dict[int, str] = dict(parse_graph(graph, resolve_dim=probe_dims(), tolerant=True).refused)
+    probe0 = parse_graph(graph, resolve_dim=probe_dims(), tolerant=True, specialize=True)
+    refused: dict[int, str] = dict(probe0.refused)
     groups: list[list[int]] = []
     for _ in range(MAX_ROUNDS):
         groups = convex_groups(nodes, all_idx - set(refused))
         group_of = {i: g for g, members in enumerate(groups) for i in members}
-        probe = parse_graph(graph, resolve_dim=probe_dims(), tolerant=True, claimed=set(group_of), group_of=group_of)
+        probe = parse_graph(graph, resolve_dim=probe_dims(), tolerant=True, claimed=set(group_of),
+                            group_of=group_of, specialize=True)
         newly = {i: r for i, r in probe.refused.items() if i in group_of}
         if not newly:
             break

@@ -13,7 +13,7 @@ from ..ir.instruction import Instruction
 from ..ir.module import Module
 from ..ir.operation import Op, make_op
 from ..ops.core import broadcast_lens
-from .table import Unsupported
+from .table import NeedsValue, Unsupported
 
 
 @dataclass
@@ -52,11 +52,13 @@ class NodeDesc:
 class ParseContext:
     """Emits instructions for one node; ``add`` builds ops by name, ``const`` folds constant inputs."""
 
-    def __init__(self, module: Module, node: NodeDesc, parse_subgraph: Any = None) -> None:
+    def __init__(self, module: Module, node: NodeDesc, parse_subgraph: Any = None,
+                 value_candidates: frozenset[str] = frozenset()) -> None:
         self.module = module
         self.node = node
         self.opset = node.since_version
         self._parse_subgraph = parse_subgraph
+        self.value_candidates = value_candidates  # params whose values the EP can specialise on
 
     # -- emitting ---------------------------------------------------------------------------------
     def add(self, op: str | Op, args: Sequence[Instruction] = (), mod_args: Sequence[Module] = (), **attrs: Any):
@@ -88,6 +90,9 @@ class ParseContext:
     def require_const(self, x: Instruction | None, what: str) -> np.ndarray:
         v = self.const(x)
         if v is None:
+            deps = param_deps(x) if x is not None else None
+            if deps and all(d in self.value_candidates for d in deps):
+                raise NeedsValue(sorted(deps), what)
             raise Unsupported(f"{what} must be a compile-time constant")
         return np.asarray(v)
 
@@ -99,6 +104,49 @@ class ParseContext:
         if self._parse_subgraph is None or attr not in self.node.subgraphs:
             raise Unsupported(f"subgraph attribute {attr!r} unavailable")
         return self._parse_subgraph(self.node.subgraphs[attr], outer, f"{self.node.name or self.node.op_type}:{attr}")
+
+    def subgraph_call(
+        self, attr: str, input_shapes: dict[str, Any] | None = None
+    ) -> tuple[Module, list[Instruction]]:
+        """Parse subgraph ``attr`` (formal inputs given ``input_shapes`` where known) into a submodule.
+
+        Returns the module and the outer values that feed its outer-scope parameters: a control-flow
+        op takes them, in this order, after its own inputs (see ``GraphParser._parse_subgraph_for``).
+        """
+        if not hasattr(self._parse_subgraph, "parse") or attr not in self.node.subgraphs:
+            raise Unsupported(f"subgraph attribute {attr!r} unavailable")
+        label = f"{self.node.name or self.node.op_type}:{attr}"
+        return self._parse_subgraph.parse(self.node.subgraphs[attr], label, input_shapes)
+
+    def inline_subgraph(self, attr: str) -> list[Instruction]:
+        """Parse subgraph ``attr`` (no formal inputs) straight into this module; returns its outputs."""
+        if not hasattr(self._parse_subgraph, "inline") or attr not in self.node.subgraphs:
+            raise Unsupported(f"subgraph attribute {attr!r} unavailable")
+        return self._parse_subgraph.inline(self.node.subgraphs[attr])
+
+    def drop_subgraph(self, mod: Module) -> None:
+        """Discard a submodule from ``subgraph_call`` when the node is refused after all."""
+        if hasattr(self._parse_subgraph, "drop"):
+            self._parse_subgraph.drop(mod)
+
+
+def param_deps(x: Instruction) -> set[str] | None:
+    """Names of the parameters a value depends on, or None if it goes through an op that can't fold."""
+    names: set[str] = set()
+    seen: set[int] = set()
+    stack = [x]
+    while stack:
+        ins = stack.pop()
+        if id(ins) in seen:
+            continue
+        seen.add(id(ins))
+        if ins.is_param():
+            names.add(ins.op.parameter)  # type: ignore[attr-defined]
+        elif ins.module_args:
+            return None
+        else:
+            stack.extend(ins.inputs)
+    return names
 
 
 def normalize_axis(axis: int, rank: int, what: str = "axis") -> int:

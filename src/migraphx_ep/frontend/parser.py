@@ -19,7 +19,7 @@ from ..ir.module import Module
 from ..ir.program import Program
 from ..ir.shape import Shape, ShapeError
 from .context import NodeDesc, ParseContext
-from .table import Unsupported, lookup
+from .table import NeedsValue, Unsupported, lookup
 
 DimResolver = Callable[[str, int, Any], int]
 
@@ -33,6 +33,7 @@ class ParseResult:
     program: Program
     refused: dict[int, str] = field(default_factory=dict)  # node index -> reason (tolerant mode)
     outputs: dict[str, Instruction] = field(default_factory=dict)
+    needs_values: dict[int, list[str]] = field(default_factory=dict)  # node index -> inputs to specialise
 
 
 def topo_order(nodes: list[dict], known: Iterable[str]) -> list[dict]:
@@ -73,8 +74,15 @@ def value_shape(info: dict | None, name: str, resolve: DimResolver) -> Shape:
 class GraphParser:
     def __init__(self, program: Program, input_shapes: dict[str, Shape] | None = None,
                  resolve_dim: DimResolver | None = None, tolerant: bool = False,
-                 claimed: set[int] | None = None, group_of: dict[int, int] | None = None) -> None:
+                 claimed: set[int] | None = None, group_of: dict[int, int] | None = None,
+                 specialize: bool = False, input_values: dict[str, np.ndarray] | None = None) -> None:
         self.program = program
+        # Value specialisation: with `specialize`, small static inputs a parser needs as constants are
+        # noted (needs_values) instead of refusing the node; `input_values` then supplies them.
+        self.specialize = specialize
+        self.input_values = input_values or {}
+        self.value_candidates: set[str] = set()
+        self.needs_values: dict[int, list[str]] = {}
         # With group_of (the partition probe), a value produced in one group and read in another is
         # an opaque parameter for the reader: at run time ORT passes it in, so it is never constant.
         self.group_of = group_of
@@ -103,7 +111,9 @@ class GraphParser:
                 if g != -1 and g != current_group[0] and current_group[0] != -1:
                     key = (name, current_group[0])
                     if key not in boundary:
-                        boundary[key] = module.add_parameter(f"{name}@{current_group[0]}", values[name].shape)
+                        pname = f"{name}@{current_group[0]}"
+                        boundary[key] = module.add_parameter(pname, values[name].shape)
+                        self._note_candidate(pname, values[name].shape, static=True)
                     return boundary[key]
                 return values[name]
             if name in inits:
@@ -127,7 +137,11 @@ class GraphParser:
                     raise ParseError(f"graph input {name!r}: {e}") from None
                 bad_inputs[name] = str(e)  # its readers are refused with this reason
                 continue
+            if name in self.input_values:
+                values[name] = module.add_literal(_specialised(name, self.input_values[name], shape))
+                continue
             values[name] = module.add_parameter(name, shape)
+            self._note_candidate(name, shape, _static_dims(infos.get(name)) or name in self.input_shapes)
 
         for node in topo_order(graph["nodes"], values):
             desc = NodeDesc.from_dict(node)
@@ -137,6 +151,14 @@ class GraphParser:
                 if self.claimed is not None and desc.index not in self.claimed:
                     raise Unsupported("not in this partition")
                 outs = self._parse_node(desc, module, get, infos)
+            except NeedsValue as e:
+                if not (self.tolerant and self.specialize):
+                    self._refuse(desc, str(e), module, values, infos)
+                    continue
+                # Claimable once the EP knows the values: outputs are opaque for the rest of the probe.
+                self.needs_values[desc.index] = e.names
+                self._opaque_outputs(desc, module, values, infos)
+                continue
             except (Unsupported, ShapeError, UnsupportedTypeError, ParseError) as e:
                 self._refuse(desc, str(e), module, values, infos)
                 continue
@@ -171,7 +193,7 @@ class GraphParser:
                 except UnsupportedTypeError as e:
                     raise Unsupported(f"value {name!r}: {e}") from None
         args = [get(n) for n in desc.inputs]
-        ctx = ParseContext(module, desc, self._parse_subgraph_for(module))
+        ctx = ParseContext(module, desc, self._parse_subgraph_for(module, get), frozenset(self.value_candidates))
         result = entry.parser(ctx, desc, args)
         outs = [result] if isinstance(result, Instruction) else list(result)
         missing = [o for o in desc.outputs[len(outs):] if o]
@@ -182,20 +204,26 @@ class GraphParser:
                 _check_declared(oname, ins, infos.get(oname))
         return outs
 
-    def _parse_subgraph_for(self, module: Module) -> Callable:
-        def parse_sub(graph: dict, outer: dict[str, Instruction], label: str) -> Module:
-            self._sub_count += 1
-            sub = self.program.create_module(f"{label}#{self._sub_count}")
-            sub_parser = GraphParser(self.program, {}, self.resolve_dim, tolerant=False)
-            outs = sub_parser.parse(graph, sub, outer)
-            sub.add_return([outs[n] for n in graph["outputs"]])
-            return sub
-        return parse_sub
+    def _parse_subgraph_for(self, module: Module, get: Callable | None = None) -> SubgraphParser:
+        """The subgraph parser for nodes of ``module``; ``get`` resolves names visible in its graph.
+
+        A submodule cannot read another module's instructions, so every outer-scope value a subgraph
+        reads becomes a parameter of the submodule, named like the value, after the subgraph's own
+        formal inputs (constants are copied in as literals instead, so shape arithmetic still folds).
+        The control-flow instruction then takes those outer values as extra inputs, in the same order.
+        """
+        return SubgraphParser(self, module, get)
 
     def _refuse(self, desc: NodeDesc, reason: str, module: Module, values: dict, infos: dict) -> None:
         if not self.tolerant:
             raise ParseError(f"node {desc.label()}: {reason}")
         self.refused[desc.index] = reason
+        self._opaque_outputs(desc, module, values, infos)
+        for o in desc.outputs:  # a refused node's small outputs reach the EP as run-time inputs
+            if o and o in values and values[o].is_param():
+                self._note_candidate(o, values[o].shape, _static_dims(infos.get(o)))
+
+    def _opaque_outputs(self, desc: NodeDesc, module: Module, values: dict, infos: dict) -> None:
         for o in desc.outputs:
             if not o:
                 continue
@@ -203,6 +231,104 @@ class GraphParser:
                 values[o] = module.add_parameter(o, value_shape(infos.get(o), o, self.resolve_dim))
             except (Unsupported, ShapeError, ValueError):
                 values.pop(o, None)  # unknown: consumers will be refused with "not defined"
+
+    def _note_candidate(self, name: str, shape: Shape, static: bool) -> None:
+        if self.specialize and static and shape.elements() <= MAX_SPECIALISED_ELEMENTS:
+            self.value_candidates.add(name)
+
+
+class SubgraphParser:
+    """Parses a node's subgraphs into submodules (or inline) for ``GraphParser._parse_subgraph_for``."""
+
+    def __init__(self, parent: GraphParser, module: Module, get: Callable | None) -> None:
+        self.parent = parent
+        self.module = module
+        self.get = get
+        self.feeds: dict[str, list[Instruction]] = {}  # submodule name -> values for its outer parameters
+        self._created: dict[str, list[str]] = {}  # submodule name -> it and the modules nested in it
+
+    def _outer(self, name: str, outer: dict[str, Instruction]) -> Instruction:
+        if name in outer:
+            return outer[name]
+        if self.get is not None:
+            ins = self.get(name)
+            if ins is not None:
+                return ins
+        raise Unsupported(f"subgraph reads {name!r}, which is not defined in an enclosing graph")
+
+    def parse(self, graph: dict, label: str, input_shapes: dict[str, Shape] | None = None,
+              outer: dict[str, Instruction] | None = None) -> tuple[Module, list[Instruction]]:
+        """A submodule for ``graph`` and the outer values (in parameter order) that must feed it."""
+        p = self.parent
+        n = len(p.program.modules)
+        while f"{label}#{n}" in p.program.modules:  # nested parsers count separately: stay unique
+            n += 1
+        before = set(p.program.modules)
+        sub = p.program.create_module(f"{label}#{n}")
+        try:
+            feeds = self._fill(sub, graph, input_shapes, outer or {})
+        finally:
+            self._created[sub.name] = [m for m in p.program.modules if m not in before]
+            if sub.get_return() is None:  # failed: a refused node must leave no half-built modules
+                self.drop(sub)
+        self.feeds[sub.name] = feeds
+        return sub, feeds
+
+    def drop(self, sub: Module) -> None:
+        """Forget a submodule (and the ones nested in it) whose node ends up refused."""
+        for name in self._created.pop(sub.name, [sub.name]):
+            self.parent.program.modules.pop(name, None)
+        self.feeds.pop(sub.name, None)
+
+    def _fill(self, sub: Module, graph: dict, input_shapes: dict[str, Shape] | None,
+              outer: dict[str, Instruction]) -> list[Instruction]:
+        p = self.parent
+        infos = graph.get("values", {})
+        scope: dict[str, Instruction] = {}
+        for name in graph.get("inputs", ()):
+            shape = (input_shapes or {}).get(name) or value_shape(infos.get(name), name, p.resolve_dim)
+            scope[name] = sub.add_parameter(name, shape)
+        feeds: list[Instruction] = []
+        for name in free_names(graph):
+            src = self._outer(name, outer)
+            value = src.eval()
+            if value is not None:
+                scope[name] = sub.add_literal(value)
+            else:
+                scope[name] = sub.add_parameter(name, src.shape)
+                feeds.append(src)
+        outs = GraphParser(p.program, {}, p.resolve_dim).parse({**graph, "inputs": []}, sub, scope)
+        sub.add_return([outs[n] for n in graph["outputs"]])
+        return feeds
+
+    def inline(self, graph: dict) -> list[Instruction]:
+        """Parse a graph without formal inputs straight into the parent module (If with a constant cond)."""
+        if graph.get("inputs"):
+            raise Unsupported("only a subgraph without inputs can be inlined")
+        scope = {name: self._outer(name, {}) for name in free_names(graph)}
+        outs = GraphParser(self.parent.program, {}, self.parent.resolve_dim).parse(graph, self.module, scope)
+        return [outs[n] for n in graph["outputs"]]
+
+    def __call__(self, graph: dict, outer: dict[str, Instruction], label: str) -> Module:
+        return self.parse(graph, label, outer=outer)[0]
+
+
+def free_names(graph: dict) -> list[str]:
+    """Names a graph (and its nested subgraphs) reads but does not define, in first-use order."""
+    defined = set(graph.get("inputs", ())) | set(graph.get("initializers", {}))
+    for n in graph["nodes"]:
+        defined.update(o for o in n["outputs"] if o)
+    used: dict[str, None] = {}
+    for n in graph["nodes"]:
+        for name in n["inputs"]:
+            if name:
+                used.setdefault(name)
+        for sub in n.get("subgraphs", {}).values():
+            for name in free_names(sub):
+                used.setdefault(name)
+    for name in graph.get("outputs", ()):
+        used.setdefault(name)
+    return [n for n in used if n not in defined]
 
 
 def _check_declared(name: str, ins: Instruction, info: dict | None) -> None:
@@ -219,6 +345,21 @@ def _check_declared(name: str, ins: Instruction, info: dict | None) -> None:
         for i, (d, n) in enumerate(zip(dims, ins.shape.lens, strict=True)):
             if isinstance(d, int) and d >= 0 and d != n:
                 raise Unsupported(f"output {name!r} dim {i} would be {n}, ONNX declares {d}")
+
+
+MAX_SPECIALISED_ELEMENTS = 64  # axes, shapes, pads, scales, k...: never data tensors
+
+
+def _static_dims(info: dict | None) -> bool:
+    dims = None if info is None else info.get("shape")
+    return dims is not None and all(isinstance(d, int) and d >= 0 for d in dims)
+
+
+def _specialised(name: str, value: np.ndarray, shape: Shape) -> np.ndarray:
+    v = np.asarray(value)
+    if v.dtype != shape.dtype or tuple(v.shape) != shape.lens:
+        raise ParseError(f"value for input {name!r} is {v.dtype}{list(v.shape)}, expected {shape}")
+    return v.copy()  # the caller's buffer is only valid during its call
 
 
 def _as_supported(arr: np.ndarray, name: str) -> np.ndarray:
@@ -252,15 +393,16 @@ def probe_dims() -> DimResolver:
 
 def parse_graph(graph: dict, input_shapes: dict[str, Shape] | None = None, resolve_dim: DimResolver | None = None,
                 tolerant: bool = False, claimed: set[int] | None = None,
-                group_of: dict[int, int] | None = None) -> ParseResult:
+                group_of: dict[int, int] | None = None, specialize: bool = False,
+                input_values: dict[str, np.ndarray] | None = None) -> ParseResult:
     prog = Program()
     main = prog.get_main_module()
-    gp = GraphParser(prog, input_shapes, resolve_dim, tolerant, claimed, group_of)
+    gp = GraphParser(prog, input_shapes, resolve_dim, tolerant, claimed, group_of, specialize, input_values)
     outs = gp.parse(graph, main)
     ret = [outs[n] for n in graph["outputs"] if outs.get(n) is not None]
     main.add_return(ret)
-    return ParseResult(prog, gp.refused, outs)
+    return ParseResult(prog, gp.refused, outs, gp.needs_values)
 
 
-__all__ = ["DType", "GraphParser", "ParseError", "ParseResult", "fixed_dims", "parse_graph", "probe_dims",
-           "to_numpy", "topo_order", "value_shape"]
+__all__ = ["DType", "GraphParser", "ParseError", "ParseResult", "SubgraphParser", "fixed_dims", "free_names",
+           "parse_graph", "probe_dims", "to_numpy", "topo_order", "value_shape"]

@@ -22,6 +22,17 @@ class Unsupported(Exception):
     """This node (with these attributes, types or non-constant inputs) cannot be compiled exactly."""
 
 
+class NeedsValue(Unsupported):
+    """The node needs the *value* of small graph inputs (axes, shapes, pads...) to compile.
+
+    The EP can specialise on such inputs: their values join the compile key (see ep/compiled.py).
+    """
+
+    def __init__(self, names: list[str], what: str) -> None:
+        super().__init__(f"{what} must be a compile-time constant (it depends on input(s) {names})")
+        self.names = names
+
+
 @dataclass(frozen=True)
 class Entry:
     parser: Parser
