@@ -141,7 +141,9 @@ class Literal(Op):
     name: ClassVar[str] = "@literal"
 
     def __init__(self, value: np.ndarray) -> None:
-        arr = np.ascontiguousarray(value).view()  # a view: freezing it leaves the caller's array alone
+        # A view: freezing it leaves the caller's array alone. The reshape keeps 0-d values 0-d
+        # (ascontiguousarray returns at least 1-d).
+        arr = np.ascontiguousarray(value).reshape(np.shape(value)).view()
         arr.setflags(write=False)
         object.__setattr__(self, "value", arr)
         object.__setattr__(self, "_digest", None)
