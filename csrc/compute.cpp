@@ -1,0 +1,144 @@
+#include "compute.h"
+
+#include <pybind11/stl.h>
+
+#include <cstring>
+
+#include "graph_marshal.h"
+
+namespace py = pybind11;
+
+namespace mgx {
+namespace {
+
+// Copies bigger than this run with the GIL released, so concurrent Compute calls overlap their copies.
+constexpr size_t kReleaseGilBytes = size_t{1} << 16;
+
+py::module_ bridge() { return py::module_::import("migraphx_ep.ep.bridge"); }
+
+std::string output_label(const ComputeInfo& ci, size_t i) {
+  std::string label = "output " + std::to_string(i);
+  if (i < ci.output_names.size()) label += " ('" + ci.output_names[i] + "')";
+  return label + " of " + ci.fused_name;
+}
+
+void copy_output(const ComputeInfo& ci, const py::module_& br, OrtKernelContext* ctx, size_t i,
+                 py::handle spec_obj) {
+  const OrtApi& ort = *api().ort;
+  // (elem_type, shape, contiguous uint8 buffer) from bridge.output_buffers
+  py::tuple spec = py::reinterpret_borrow<py::tuple>(spec_obj);
+  const int elem = spec[0].cast<int>();
+  std::vector<int64_t> dims = spec[1].cast<std::vector<int64_t>>();
+  py::buffer_info buf = py::reinterpret_borrow<py::buffer>(spec[2]).request();
+  const size_t src_bytes = static_cast<size_t>(buf.size) * static_cast<size_t>(buf.itemsize);
+
+  int64_t scalar_dims = 0;  // KernelContext_GetOutput wants a valid pointer even for rank 0
+  OrtValue* out = nullptr;
+  check(ort.KernelContext_GetOutput(ctx, i, dims.empty() ? &scalar_dims : dims.data(), dims.size(), &out));
+  if (out == nullptr) return;  // optional output nobody consumes
+
+  OrtTensorTypeAndShapeInfo* raw = nullptr;
+  check(ort.GetTensorTypeAndShape(out, &raw));
+  TensorInfoPtr info(raw);
+  ONNXTensorElementDataType expected = ONNX_TENSOR_ELEMENT_DATA_TYPE_UNDEFINED;
+  check(ort.GetTensorElementType(info.get(), &expected));
+  if (static_cast<int>(expected) != elem) {
+    throw OrtError(ORT_FAIL, output_label(ci, i) + ": backend returned " +
+                                 br.attr("elem_type_name")(elem).cast<std::string>() + " but ORT expects " +
+                                 br.attr("elem_type_name")(static_cast<int>(expected)).cast<std::string>());
+  }
+  size_t dst_bytes = 0;
+  check(ort.GetTensorSizeInBytes(out, &dst_bytes));
+  if (dst_bytes != src_bytes) {
+    throw OrtError(ORT_FAIL, output_label(ci, i) + ": " + std::to_string(src_bytes) +
+                                 " bytes returned for a tensor of " + std::to_string(dst_bytes) + " bytes");
+  }
+  if (dst_bytes == 0) return;
+  void* dst = nullptr;
+  check(ort.GetTensorMutableData(out, &dst));
+  if (dst_bytes >= kReleaseGilBytes) {
+    py::gil_scoped_release nogil;  // `spec` keeps the source buffer alive
+    std::memcpy(dst, buf.ptr, dst_bytes);
+  } else {
+    std::memcpy(dst, buf.ptr, dst_bytes);
+  }
+}
+
+void compute(ComputeInfo& ci, OrtKernelContext* ctx) {
+  const OrtApi& ort = *api().ort;
+  py::module_ br = bridge();
+  size_t n_in = 0, n_out = 0;
+  check(ort.KernelContext_GetInputCount(ctx, &n_in));
+  check(ort.KernelContext_GetOutputCount(ctx, &n_out));
+
+  // Zero-copy read-only views of ORT's input tensors; ORT keeps them alive until we return.
+  py::list inputs;
+  for (size_t i = 0; i < n_in; ++i) {
+    const OrtValue* v = nullptr;
+    check(ort.KernelContext_GetInput(ctx, i, &v));
+    inputs.append(v != nullptr ? tensor_to_array(br, v, /*copy=*/false) : py::none());
+  }
+  py::object outputs = br.attr("run")(ci.compiled, inputs);
+  py::list specs = br.attr("output_buffers")(outputs, n_out);
+  for (size_t i = 0; i < n_out; ++i) copy_output(ci, br, ctx, i, specs[i]);
+}
+
+}  // namespace
+
+ComputeInfo::ComputeInfo(py::object compiled_, std::string fused_name_, std::vector<std::string> output_names_)
+    : OrtNodeComputeInfo{},
+      compiled(std::move(compiled_)),
+      fused_name(std::move(fused_name_)),
+      output_names(std::move(output_names_)) {
+  ort_version_supported = ORT_API_VERSION;
+  CreateState = CreateStateImpl;
+  Compute = ComputeImpl;
+  ReleaseState = ReleaseStateImpl;
+}
+
+ComputeInfo::~ComputeInfo() {
+  if (!compiled) return;
+  try {
+    bridge().attr("release")(compiled);
+  } catch (py::error_already_set& e) {
+    e.discard_as_unraisable("migraphx_ep bridge.release");
+  } catch (...) {
+  }
+}
+
+OrtStatus* ORT_API_CALL ComputeInfo::CreateStateImpl(OrtNodeComputeInfo* self, OrtNodeComputeContext*,
+                                                     void** state) noexcept {
+  // The compiled object is the state: no per-kernel-instance state is needed, and ORT may call
+  // Compute concurrently on it (the 1.23 ABI has no way to say otherwise).
+  *state = self;
+  return nullptr;
+}
+
+OrtStatus* ORT_API_CALL ComputeInfo::ComputeImpl(OrtNodeComputeInfo* self, void*, OrtKernelContext* ctx) noexcept {
+  auto* ci = static_cast<ComputeInfo*>(self);
+  return guarded("Compute", [&] { compute(*ci, ctx); });
+}
+
+void ORT_API_CALL ComputeInfo::ReleaseStateImpl(OrtNodeComputeInfo*, void*) noexcept {
+  // Nothing per state; the compiled object is released once, with the ComputeInfo.
+}
+
+void release_compute_infos(OrtNodeComputeInfo** infos, size_t count) noexcept {
+  if (!python_alive()) {  // interpreter shutdown: free C++ memory, leave Python objects alone
+    for (size_t i = 0; i < count; ++i) {
+      auto* ci = static_cast<ComputeInfo*>(infos[i]);
+      if (ci == nullptr) continue;
+      ci->abandon();
+      delete ci;
+    }
+    return;
+  }
+  guarded_void("ReleaseNodeComputeInfos", [&] {
+    for (size_t i = 0; i < count; ++i) {
+      delete static_cast<ComputeInfo*>(infos[i]);
+      infos[i] = nullptr;
+    }
+  });
+}
+
+}  // namespace mgx

@@ -1,0 +1,38 @@
+// OrtEp: one per session. Holds the backend's EP object and forwards GetCapability / Compile to Python.
+#pragma once
+
+#include <pybind11/pybind11.h>
+
+#include <map>
+#include <string>
+
+#include "ort_api.h"
+
+namespace mgx {
+
+struct Ep : OrtEp {
+  Ep(pybind11::object py_ep, const OrtLogger& logger);
+  // Calls bridge.release_ep(py_ep). The GIL must be held unless py_ep was already dropped.
+  ~Ep();
+  Ep(const Ep&) = delete;
+  Ep& operator=(const Ep&) = delete;
+
+  pybind11::object py_ep;
+  const OrtLogger& logger;
+
+  static const char* ORT_API_CALL GetNameImpl(const OrtEp* self) noexcept;
+  static OrtStatus* ORT_API_CALL GetCapabilityImpl(OrtEp* self, const OrtGraph* graph,
+                                                   OrtEpGraphSupportInfo* support) noexcept;
+  static OrtStatus* ORT_API_CALL CompileImpl(OrtEp* self, const OrtGraph** graphs, const OrtNode** fused_nodes,
+                                             size_t count, OrtNodeComputeInfo** infos,
+                                             OrtNode** ep_context_nodes) noexcept;
+  static void ORT_API_CALL ReleaseNodeComputeInfosImpl(OrtEp* self, OrtNodeComputeInfo** infos,
+                                                       size_t count) noexcept;
+};
+
+// Factory side: build an Ep from the session's EP options (bridge.create_ep) / destroy it.
+OrtStatus* create_ep(const std::map<std::string, std::string>& options, const OrtLogger& logger,
+                     OrtEp** out) noexcept;
+void destroy_ep(OrtEp* ep) noexcept;
+
+}  // namespace mgx

@@ -1,0 +1,40 @@
+// OrtEpFactory: names the EP, offers one OrtEpDevice on ORT's CPU hardware device, creates Eps.
+// Pure C++ except CreateEp/ReleaseEp: ORT may release the factory after Python has shut down.
+#pragma once
+
+#include "ort_api.h"
+
+namespace mgx {
+
+struct Factory : OrtEpFactory {
+  Factory();
+
+  static const char* ORT_API_CALL GetNameImpl(const OrtEpFactory* self) noexcept;
+  static const char* ORT_API_CALL GetVendorImpl(const OrtEpFactory* self) noexcept;
+  static uint32_t ORT_API_CALL GetVendorIdImpl(const OrtEpFactory* self) noexcept;
+  static const char* ORT_API_CALL GetVersionImpl(const OrtEpFactory* self) noexcept;
+  static OrtStatus* ORT_API_CALL GetSupportedDevicesImpl(OrtEpFactory* self, const OrtHardwareDevice* const* devices,
+                                                         size_t num_devices, OrtEpDevice** ep_devices,
+                                                         size_t max_ep_devices, size_t* num_ep_devices) noexcept;
+  static OrtStatus* ORT_API_CALL CreateEpImpl(OrtEpFactory* self, const OrtHardwareDevice* const* devices,
+                                              const OrtKeyValuePairs* const* ep_metadata, size_t num_devices,
+                                              const OrtSessionOptions* session_options, const OrtLogger* logger,
+                                              OrtEp** ep) noexcept;
+  static void ORT_API_CALL ReleaseEpImpl(OrtEpFactory* self, OrtEp* ep) noexcept;
+  static OrtStatus* ORT_API_CALL ValidateCompiledModelCompatibilityInfoImpl(
+      OrtEpFactory* self, const OrtHardwareDevice* const* devices, size_t num_devices, const char* info,
+      OrtCompiledModelCompatibility* result) noexcept;
+  static OrtStatus* ORT_API_CALL CreateAllocatorImpl(OrtEpFactory* self, const OrtMemoryInfo* memory_info,
+                                                     const OrtKeyValuePairs* options,
+                                                     OrtAllocator** allocator) noexcept;
+  static void ORT_API_CALL ReleaseAllocatorImpl(OrtEpFactory* self, OrtAllocator* allocator) noexcept;
+  static OrtStatus* ORT_API_CALL CreateDataTransferImpl(OrtEpFactory* self,
+                                                        OrtDataTransferImpl** data_transfer) noexcept;
+  static bool ORT_API_CALL IsStreamAwareImpl(const OrtEpFactory* self) noexcept;
+  static OrtStatus* ORT_API_CALL CreateSyncStreamForDeviceImpl(OrtEpFactory* self,
+                                                               const OrtMemoryDevice* memory_device,
+                                                               const OrtKeyValuePairs* stream_options,
+                                                               OrtSyncStreamImpl** stream) noexcept;
+};
+
+}  // namespace mgx
