@@ -1,0 +1,7 @@
+"""Entry point of ``python -m migraphx_ep.driver``."""
+
+import sys
+
+from . import main
+
+sys.exit(main())

@@ -1,0 +1,154 @@
+"""The driver CLI (``python -m migraphx_ep.driver``) on a small ONNX model, and verify/bisect in process."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from migraphx_ep import driver, mxr
+from migraphx_ep.driver import commands
+from migraphx_ep.driver.verify import bisect, compare, verify_program
+from migraphx_ep.ir import Program
+from migraphx_ep.ir.operation import make_op
+from migraphx_ep.migraphx import generate_inputs, parse_onnx
+from migraphx_ep.targets import RefTarget, TargetError, get_target
+
+SRC = os.path.join(os.path.dirname(__file__), "..", "..", "src")
+
+
+@pytest.fixture(scope="module")
+def model(tmp_path_factory) -> str:
+    """z = exp(relu(x * w) + y), x and y of dims [N, 3]."""
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 3])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 3])
+    w = numpy_helper.from_array(np.array([[1.0, -2.0, 3.0]], np.float32), "w")
+    nodes = [helper.make_node("Mul", ["x", "w"], ["a"]), helper.make_node("Relu", ["a"], ["b"]),
+             helper.make_node("Add", ["b", "y"], ["c"]), helper.make_node("Exp", ["c"], ["z"])]
+    z = helper.make_tensor_value_info("z", TensorProto.FLOAT, ["N", 3])
+    g = helper.make_graph(nodes, "g", [x, y], [z], [w])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8
+    path = str(tmp_path_factory.mktemp("driver") / "m.onnx")
+    onnx.save(m, path)
+    return path
+
+
+def cli(*args: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": os.path.abspath(SRC)}
+    return subprocess.run([sys.executable, "-m", "migraphx_ep.driver", *args], capture_output=True, text=True,
+                          env=env, timeout=300)
+
+
+def test_cli_read_params_compile_save(model, tmp_path):
+    r = cli("params", model, "--input-dim", "x:2,3", "--input-dim", "y:2,3")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.splitlines() == ["x: float_type, {2, 3}, {3, 1}", "y: float_type, {2, 3}, {3, 1}"]
+    assert "parsing" in r.stderr  # progress goes to stderr
+    r = cli("read", model, "--default-dim", "4", "-q")
+    assert r.returncode == 0 and "exp" in r.stdout and "{4, 3}" in r.stdout and "parsing" not in r.stderr
+    out = str(tmp_path / "m.mxr")
+    r = cli("compile", model, "--ref", "--default-dim", "2", "-o", out)
+    assert r.returncode == 0, r.stderr
+    assert "module: \"main\"" in r.stdout and os.path.exists(out)
+    prog = mxr.load(out)
+    assert prog.is_compiled() and prog.target_name == "ref"
+    r = cli("params", out)
+    assert r.returncode == 0 and "x: float_type, {2, 3}" in r.stdout
+
+
+def test_cli_run_matches_reference(model):
+    r = cli("run", model, "--ref", "--default-dim", "2", "--seed", "3")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.startswith("output 0: float32 [2, 3]: min ")
+    inputs = generate_inputs(parse_onnx(model, 2).ir.get_parameter_shapes(), seed=3)
+    want = np.exp(np.maximum(inputs["x"] * [1, -2, 3], 0) + inputs["y"]).astype(np.float32)
+    printed = r.stdout.splitlines()[1].strip(" []").split(", ")
+    np.testing.assert_allclose([float(v) for v in printed], want.ravel(), rtol=1e-6)
+
+
+def test_cli_perf_and_verify(model, tmp_path):
+    r = cli("perf", model, "--iterations", "3", "--default-dim", "2")
+    assert r.returncode == 0, r.stderr
+    assert "Total time:" in r.stdout and "for 3 iterations" in r.stdout
+    assert "exp(" in r.stdout and "operator" in r.stdout and "perf: iteration 3/3" in r.stderr
+    r = cli("verify", model, "--ref", "--fp16", "--default-dim", "2")
+    assert r.returncode == 0 and "matches ref" in r.stdout, r.stdout + r.stderr
+
+
+def test_cli_errors(model, tmp_path):
+    r = cli("run", str(tmp_path / "missing.onnx"))
+    assert r.returncode == 1 and "error:" in r.stderr and "missing.onnx" in r.stderr
+    r = cli("params", model, "--input-dim", "x=2,3")
+    assert r.returncode == 1 and "name:d1,d2" in r.stderr
+    try:
+        get_target("gpu")
+    except TargetError:
+        r = cli("run", model, "--gpu")
+        assert r.returncode == 1 and "gpu" in r.stderr
+    bad = tmp_path / "bad.mxr"
+    bad.write_bytes(mxr.MAGIC + b"\xc4\x02zz")
+    r = cli("read", str(bad))
+    assert r.returncode == 1 and "bad.mxr" in r.stderr and "Traceback" not in r.stderr
+    r = cli("frobnicate", model)
+    assert r.returncode == 2
+
+
+class BuggyTarget(RefTarget):
+    """Ref, then a deliberate fault: ``relu`` becomes ``neg`` (``always``), or ``exp`` becomes ``neg``
+    only where the exp's input has no other reader (like a fusion bug that needs the value to be private)."""
+
+    name = "buggy"
+
+    def __init__(self, fault: str) -> None:
+        self.fault = fault
+
+    def compile(self, prog, options):
+        exe = super().compile(prog, options)
+        m = prog.get_main_module()
+        for ins in list(m.instructions):
+            if self.fault == "always" and ins.name == "relu":
+                m.replace_instruction(ins, make_op("neg"))
+            if self.fault == "private" and ins.name == "exp" and len(ins.inputs[0].outputs) == 1:
+                m.replace_instruction(ins, make_op("neg"))
+        return exe
+
+
+def test_verify_and_bisect_find_the_fault(model):
+    prog = parse_onnx(model, 2).ir
+    inputs = generate_inputs(prog.get_parameter_shapes(), seed=1)
+    assert verify_program(prog, RefTarget(), inputs, 1e-3, 1e-5) == []
+    problems = verify_program(prog, BuggyTarget("always"), inputs, 1e-3, 1e-5)
+    assert len(problems) == 1 and problems[0].startswith("output 0:")
+    found = bisect(prog, BuggyTarget("always"), inputs, 1e-3, 1e-5)
+    assert found is not None and found.method == "intermediates" and "relu(" in found.text
+    found = bisect(prog, BuggyTarget("private"), inputs, 1e-3, 1e-5)
+    assert found is not None and found.method == "prefix" and "exp(" in found.text
+    assert bisect(prog, RefTarget(), inputs, 1e-3, 1e-5) is None
+    assert str(prog) == str(parse_onnx(model, 2).ir)  # bisect works on copies
+
+
+def test_verify_command_bisects(model, monkeypatch, capsys):
+    monkeypatch.setattr(commands, "get_target", lambda name: BuggyTarget("always"))
+    rc = driver.main(["verify", model, "--default-dim", "2", "--bisect", "-q"])
+    out = capsys.readouterr().out
+    assert rc == 1 and "DIFFERS" in out and "relu(" in out
+    assert "first differing instruction (intermediates)" in out
+
+
+def test_compare_rules():
+    f = np.array([1.0, np.nan, np.inf, -np.inf], np.float32)
+    assert compare(f, f.copy(), 0, 0) is None
+    assert "NaN" in compare(np.array([1.0, 2.0, np.inf, -np.inf], np.float32), f, 1, 1)
+    assert "1 of 4 values differ" in compare(np.array([1.0, np.nan, -np.inf, -np.inf], np.float32), f, 1, 1)
+    assert compare(np.array([1.001], np.float32), np.array([1.0], np.float32), 2e-3, 0) is None
+    assert compare(np.array([1.01], np.float32), np.array([1.0], np.float32), 2e-3, 0) is not None
+    assert "element type" in compare(np.array([1], np.int32), np.array([1], np.int64), 0, 0)
+    assert "2 of 3" in compare(np.array([1, 5, 6]), np.array([1, 2, 3]), 1.0, 1.0)  # integers: exact
+    assert compare(np.zeros((0, 2)), np.zeros((0, 2)), 0, 0) is None
+    assert isinstance(Program(), Program)
