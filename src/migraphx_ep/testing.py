@@ -61,7 +61,10 @@ def randomize_weights(model: onnx.ModelProto, seed: int = 0) -> onnx.ModelProto:
     out.CopyFrom(model)
     del out.graph.node[:]
     out.graph.node.extend(keep)
-    out.graph.initializer.extend(new_inits)
+    used = {i for n in keep for i in n.input}
+    kept_inits = [t for t in out.graph.initializer if t.name in used]  # drop the now-unused shape constants
+    del out.graph.initializer[:]
+    out.graph.initializer.extend(kept_inits + new_inits)
     return out
 
 
