@@ -91,7 +91,7 @@ def test_value_specialisation_of_small_inputs():
     assert partition(graph).groups == [[0]]  # claimed although axes is a run-time input
     ep = create_ep({"migraphx_target": "ref"})
     c = ep.compile(graph, "fused_0")
-    assert c.value_inputs == [1] and c.compiles == 0
+    assert c.value_inputs == [1] and c.compiles == 0  # x (24 elements) is data, never specialised
     x = np.random.default_rng(0).standard_normal((2, 3, 4)).astype(np.float32)
     for axis in (1, 2, 1, -1):
         got = c.run([x, np.array([axis], np.int64)])[0]
@@ -107,3 +107,20 @@ def test_value_specialisation_is_not_used_for_data():
     c = create_ep({"migraphx_target": "ref"}).compile(
         model_to_dict(h.make_model(g, opset_imports=[h.make_opsetid("", 18)])), "fused_0")
     assert c.value_inputs == [] and c.compiles == 1
+
+
+def test_value_specialisation_learns_every_needed_input():
+    # Slice needs starts *and* ends by value; the probe only sees the first. Run learns the rest,
+    # and the small data input x (12 elements) is never specialised.
+    g = h.make_graph([h.make_node("Slice", ["x", "starts", "ends"], ["y"])], "g",
+                     [h.make_tensor_value_info("x", T.FLOAT, [3, 4]),
+                      h.make_tensor_value_info("starts", T.INT64, [1]), h.make_tensor_value_info("ends", T.INT64, [1])],
+                     [h.make_tensor_value_info("y", T.FLOAT, None)])
+    c = create_ep({"migraphx_target": "ref"}).compile(
+        model_to_dict(h.make_model(g, opset_imports=[h.make_opsetid("", 18)])), "fused_0")
+    rng = np.random.default_rng(0)
+    for s, e in ((0, 2), (1, 3), (0, 2)):
+        x = rng.standard_normal((3, 4)).astype(np.float32)
+        got = c.run([x, np.array([s], np.int64), np.array([e], np.int64)])[0]
+        np.testing.assert_array_equal(got, x[s:e])
+    assert c.value_inputs == [1, 2] and c.compiles == 2

@@ -138,3 +138,20 @@ def test_refusals():
     ins2 = {"a": np.ones((2, 2), np.uint8), "b": np.ones((2, 2), np.uint8), "az": np.ones(2, np.uint8)}
     with pytest.raises(ParseError, match="per-row"):
         run_ours(make_model(helper.make_node("MatMulInteger", ["a", "b", "az"], ["y"]), ins2), ins2)
+
+
+@pytest.mark.parametrize("dtype", [np.uint8, np.int8])
+def test_qlinearmatmul_float16_scales_vs_ort(dtype):
+    # large enough that ORT's float32 requantisation and a float16 one would round some outputs apart
+    info = np.iinfo(dtype)
+    ins = {
+        "a": RNG.integers(info.min, info.max, (16, 24)).astype(dtype),
+        "b": RNG.integers(info.min, info.max, (24, 16)).astype(dtype),
+    }
+    inits = {
+        "as": np.array(0.031, np.float16), "az": np.array(3, dtype),
+        "bs": np.array(0.017, np.float16), "bz": np.array(-2 if dtype == np.int8 else 120, dtype),
+        "ys": np.array(0.9, np.float16), "yz": np.array(5, dtype),
+    }
+    node = helper.make_node("QLinearMatMul", ["a", "as", "az", "b", "bs", "bz", "ys", "yz"], ["y"])
+    check_node(node, ins, opset=21, initializers=inits)

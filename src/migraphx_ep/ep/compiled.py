@@ -13,7 +13,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from ..frontend.parser import parse_graph, probe_dims
+from ..frontend.parser import ParseNeedsValue, parse_graph, probe_dims
 from ..ir.dtypes import DType, from_onnx, to_numpy
 from ..ir.program import Program
 from ..ir.shape import Shape
@@ -66,7 +66,7 @@ class CompiledSubgraph:
     def _build(self, key: ShapeKey, values: dict[str, np.ndarray] | None = None) -> Program:
         dims = key[: len(self.input_names)]
         shapes = {n: Shape(t, d) for n, t, d in zip(self.input_names, self.input_types, dims, strict=True)}
-        prog = parse_graph(self.graph, shapes, input_values=values).program
+        prog = parse_graph(self.graph, shapes, specialize=True, input_values=values).program
         self._compile_program(prog, self.options)
         self.compiles += 1
         return prog
@@ -124,11 +124,25 @@ class CompiledSubgraph:
         return tuple(tuple(int(n) for n in a.shape) for a in inputs)
 
     def run(self, inputs: list[np.ndarray]) -> list[np.ndarray]:
-        key = self.check_inputs(inputs)
-        values = None
-        if self.value_inputs:
-            values = {self.input_names[i]: inputs[i] for i in self.value_inputs}
-            key = key + tuple((inputs[i].tobytes(),) for i in self.value_inputs)  # type: ignore[operator]
-        prog = self.program_for(key, values)
+        dims = self.check_inputs(inputs)
+        for _ in range(len(self.input_names) + 1):
+            values = None
+            key = dims
+            if self.value_inputs:
+                values = {self.input_names[i]: inputs[i] for i in self.value_inputs}
+                key = dims + tuple((inputs[i].tobytes(),) for i in self.value_inputs)  # type: ignore[operator]
+            try:
+                prog = self.program_for(key, values)
+                break
+            except ParseNeedsValue as e:
+                # A parser stops at the first input it needs by value (Slice: starts, then ends):
+                # learn the next one now that real values are at hand, and specialise on it too.
+                new = [i for i, n in enumerate(self.input_names) if n in e.names and i not in self.value_inputs]
+                if not new:
+                    raise
+                with self._lock:
+                    self.value_inputs = sorted(set(self.value_inputs) | set(new))
+        else:  # pragma: no cover - each round adds an input, so the loop ends first
+            raise RuntimeError(f"{self.name}: value specialisation did not settle")
         outs = prog.run_numpy(dict(zip(self.input_names, inputs, strict=True)))
         return [np.asarray(o) for o in outs]

@@ -28,6 +28,14 @@ class ParseError(ValueError):
     """A model (or node) cannot be compiled; the message names the node and the reason."""
 
 
+class ParseNeedsValue(ParseError):
+    """Strict parsing stopped at a node that needs the values of these inputs (see NeedsValue)."""
+
+    def __init__(self, message: str, names: list[str]) -> None:
+        super().__init__(message)
+        self.names = names
+
+
 @dataclass
 class ParseResult:
     program: Program
@@ -152,7 +160,9 @@ class GraphParser:
                     raise Unsupported("not in this partition")
                 outs = self._parse_node(desc, module, get, infos)
             except NeedsValue as e:
-                if not (self.tolerant and self.specialize):
+                if not self.tolerant:
+                    raise ParseNeedsValue(f"node {desc.label()}: {e}", e.names) from None
+                if not self.specialize:
                     self._refuse(desc, str(e), module, values, infos)
                     continue
                 # Claimable once the EP knows the values: outputs are opaque for the rest of the probe.

@@ -174,11 +174,15 @@ def pool_kernel(node: NodeDesc, x: Instruction) -> list[int]:
 @onnx_op("MaxPool")
 def parse_max_pool(ctx: ParseContext, node: NodeDesc, args):
     x = args[0]
-    if len(node.outputs) > 1 and node.outputs[1]:
-        raise Unsupported("MaxPool Indices output")
     check_type(x, CONV_DTYPES | {DType.int8_type, DType.uint8_type}, "MaxPool")
     attrs = pool_attrs(ctx, node, x, pool_kernel(node, x))
-    return ctx.add("pooling", [x], mode="max", **attrs)
+    y = ctx.add("pooling", [x], mode="max", **attrs)
+    if len(node.outputs) < 2 or not node.outputs[1]:
+        return y
+    order = int(node.attr("storage_order", 0))
+    if order not in (0, 1) or x.shape.type not in (DType.float_type, DType.double_type, DType.half_type):
+        raise Unsupported(f"MaxPool Indices with storage_order {order} of {x.shape.type.name}")
+    return [y, ctx.add("pooling_indices", [x], storage_order=order, **attrs)]
 
 
 @onnx_op("AveragePool")

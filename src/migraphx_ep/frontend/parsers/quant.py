@@ -164,9 +164,12 @@ def requantize(
     return ctx.add("quantizelinear", [f, one, zpb], out_type=out)
 
 
-def scalar_f32(ctx: ParseContext, s: Instruction, what: str) -> Instruction:
-    if s.shape.type != DType.float_type:
+def scalar_f32(ctx: ParseContext, s: Instruction, what: str, allow_half: bool = False) -> Instruction:
+    if s.shape.type != DType.float_type and not (allow_half and s.shape.type == DType.half_type):
         raise Unsupported(f"{what} of type {s.shape.type.name} (float32 only)")
+    # ORT widens float16 scales to float32 and requantises in float32 (ONNX's reference multiplies
+    # the scales in float16 and can round differently; ORT's answer is the one users get)
+    s = ctx.convert(s, DType.float_type)
     if s.shape.elements() != 1:
         raise Unsupported(f"per-channel {what}")
     return ctx.add("reshape", [s], dims=[]) if s.shape.ndim() else s
@@ -182,8 +185,8 @@ def parse_qlinearmatmul(ctx: ParseContext, node: NodeDesc, args):
     m = ctx.add(
         "div",
         [
-            ctx.add("mul", [scalar_f32(ctx, as_, "a_scale"), scalar_f32(ctx, bs, "b_scale")]),
-            scalar_f32(ctx, ys, "y_scale"),
+            ctx.add("mul", [scalar_f32(ctx, as_, "a_scale", True), scalar_f32(ctx, bs, "b_scale", True)]),
+            scalar_f32(ctx, ys, "y_scale", True),
         ],
     )
     return requantize(ctx, acc, ctx.broadcast_to(m, acc.shape.lens), yz, yz.shape.type)
