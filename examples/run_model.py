@@ -52,8 +52,11 @@ def placement(sess: ort.InferenceSession) -> collections.Counter:
     with open(path) as f:
         events = json.load(f)
     os.unlink(path)
-    return collections.Counter((e["args"]["provider"], e["args"].get("op_name", "?")) for e in events
-                               if e.get("cat") == "Node" and "provider" in e.get("args", {}))
+    return collections.Counter(
+        (e["args"]["provider"], e["args"].get("op_name", "?"))
+        for e in events
+        if e.get("cat") == "Node" and "provider" in e.get("args", {})
+    )
 
 
 def main() -> int:
@@ -71,8 +74,10 @@ def main() -> int:
         feeds = light_input(model)
     options = dict(kv.split("=", 1) for kv in a.option)
     blob = model.SerializeToString()
-    print(f"model: {name}: {len(model.graph.node)} nodes; inputs "
-          + ", ".join(f"{k}{list(v.shape)}:{v.dtype}" for k, v in feeds.items()))
+    print(
+        f"model: {name}: {len(model.graph.node)} nodes; inputs "
+        + ", ".join(f"{k}{list(v.shape)}:{v.dtype}" for k, v in feeds.items())
+    )
 
     cpu = ort.InferenceSession(blob, providers=["CPUExecutionProvider"])
     want = cpu.run(None, feeds)
@@ -97,12 +102,17 @@ def main() -> int:
     worst = 0.0
     for g, w in zip(got, want, strict=True):
         assert g.shape == w.shape and g.dtype == w.dtype, (g.shape, w.shape, g.dtype, w.dtype)
-        worst = max(worst, float(np.max(np.abs(g.astype(np.float64) - w.astype(np.float64)))) if g.size else 0.0)
+        worst = max(
+            worst, float(np.max(np.abs(g.astype(np.float64) - w.astype(np.float64)))) if g.size else 0.0
+        )
     tol = 1e-2 if options.get("migraphx_fp16_enable") == "1" else 1e-3
     ok = worst <= tol
     print(f"max |ours - CPU EP| = {worst:.3g} (tolerance {tol:g}) -> {'MATCH' if ok else 'MISMATCH'}")
-    print(f"session creation {t_create:.2f} s (compile included); run median {sorted(times)[len(times) // 2] * 1e3:.1f} ms"
-          f" over {len(times)} runs (ref target on CPU: a correctness oracle, not a speed target)")
+    print(
+        f"session creation {t_create:.2f} s (compile included); "
+        f"run median {sorted(times)[len(times) // 2] * 1e3:.1f} ms"
+        f" over {len(times)} runs (ref target on CPU: a correctness oracle, not a speed target)"
+    )
     on_ep = sum(n for (p, _), n in where.items() if p == EP)
     if on_ep == 0:
         print("ERROR: no node ran on MIGraphXExecutionProvider", file=sys.stderr)

@@ -14,17 +14,27 @@ from migraphx_ep.ir.dtypes import from_numpy
 from migraphx_ep.ir.shape import Shape
 
 
-def make_model(node: onnx.NodeProto, inputs: dict[str, np.ndarray], n_outputs: int | None = None,
-               opset: int = 21, initializers: dict[str, np.ndarray] | None = None,
-               domain_opsets: dict[str, int] | None = None) -> onnx.ModelProto:
+def make_model(
+    node: onnx.NodeProto,
+    inputs: dict[str, np.ndarray],
+    n_outputs: int | None = None,
+    opset: int = 21,
+    initializers: dict[str, np.ndarray] | None = None,
+    domain_opsets: dict[str, int] | None = None,
+) -> onnx.ModelProto:
     initializers = initializers or {}
-    vis = [helper.make_tensor_value_info(k, helper.np_dtype_to_tensor_dtype(v.dtype), v.shape)
-           for k, v in inputs.items()]
-    outs = [helper.make_value_info(o, onnx.TypeProto())
-            for o in node.output[: n_outputs or len(node.output)] if o]
+    vis = [
+        helper.make_tensor_value_info(k, helper.np_dtype_to_tensor_dtype(v.dtype), v.shape)
+        for k, v in inputs.items()
+    ]
+    outs = [
+        helper.make_value_info(o, onnx.TypeProto()) for o in node.output[: n_outputs or len(node.output)] if o
+    ]
     inits = [onnx.numpy_helper.from_array(v, k) for k, v in initializers.items()]
     g = helper.make_graph([node], "t", vis, outs, inits)
-    opsets = [helper.make_opsetid("", opset)] + [helper.make_opsetid(d, v) for d, v in (domain_opsets or {}).items()]
+    opsets = [helper.make_opsetid("", opset)] + [
+        helper.make_opsetid(d, v) for d, v in (domain_opsets or {}).items()
+    ]
     m = helper.make_model(g, opset_imports=opsets)
     m.ir_version = 10
     return onnx.shape_inference.infer_shapes(m)
@@ -54,8 +64,15 @@ def assert_close(got: np.ndarray, want: np.ndarray, rtol: float = 1e-5, atol: fl
         np.testing.assert_array_equal(got, want)
 
 
-def check_node(node: onnx.NodeProto, inputs: dict[str, np.ndarray], rtol: float = 1e-5, atol: float = 1e-6,
-               opset: int = 21, initializers: dict[str, np.ndarray] | None = None, **kw: Any) -> list[np.ndarray]:
+def check_node(
+    node: onnx.NodeProto,
+    inputs: dict[str, np.ndarray],
+    rtol: float = 1e-5,
+    atol: float = 1e-6,
+    opset: int = 21,
+    initializers: dict[str, np.ndarray] | None = None,
+    **kw: Any,
+) -> list[np.ndarray]:
     """Build a one-node model, run it on ORT CPU and on our ref target, and compare every output."""
     model = make_model(node, inputs, opset=opset, initializers=initializers, **kw)
     want = run_ort(model, inputs)

@@ -79,6 +79,7 @@ def text_inputs(vocab: int, token_types: bool) -> Callable[[torch.dtype], dict[s
         if token_types:
             feeds["token_type_ids"] = torch.cat([torch.zeros(2, SEQ // 2), torch.ones(2, SEQ // 2)], 1).long()
         return feeds
+
     return make
 
 
@@ -89,39 +90,75 @@ def image_inputs(dtype: torch.dtype) -> dict[str, torch.Tensor]:
 
 TEXT_AXES = {0: "batch", 1: "sequence"}
 IMAGE_AXES = {0: "batch"}
-BERT_AXES = {"input_ids": TEXT_AXES, "attention_mask": TEXT_AXES, "token_type_ids": TEXT_AXES,
-             "last_hidden_state": TEXT_AXES, "pooler_output": IMAGE_AXES}
+BERT_AXES = {
+    "input_ids": TEXT_AXES,
+    "attention_mask": TEXT_AXES,
+    "token_type_ids": TEXT_AXES,
+    "last_hidden_state": TEXT_AXES,
+    "pooler_output": IMAGE_AXES,
+}
 
 
 def bert() -> nn.Module:
-    cfg = transformers.BertConfig(vocab_size=100, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
-                                  intermediate_size=64, max_position_embeddings=64, type_vocab_size=2,
-                                  initializer_range=0.2, attn_implementation="eager")
+    cfg = transformers.BertConfig(
+        vocab_size=100,
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        intermediate_size=64,
+        max_position_embeddings=64,
+        type_vocab_size=2,
+        initializer_range=0.2,
+        attn_implementation="eager",
+    )
     return transformers.BertModel(cfg)
 
 
 def gpt2() -> nn.Module:
-    cfg = transformers.GPT2Config(vocab_size=100, n_positions=32, n_embd=32, n_layer=2, n_head=2,
-                                  initializer_range=0.2, use_cache=False, attn_implementation="eager")
+    cfg = transformers.GPT2Config(
+        vocab_size=100,
+        n_positions=32,
+        n_embd=32,
+        n_layer=2,
+        n_head=2,
+        initializer_range=0.2,
+        use_cache=False,
+        attn_implementation="eager",
+    )
     return transformers.GPT2LMHeadModel(cfg)
 
 
 def vit() -> nn.Module:
-    cfg = transformers.ViTConfig(image_size=IMAGE, patch_size=8, num_channels=3, hidden_size=32,
-                                 num_hidden_layers=2, num_attention_heads=2, intermediate_size=64,
-                                 initializer_range=0.2, attn_implementation="eager")
+    cfg = transformers.ViTConfig(
+        image_size=IMAGE,
+        patch_size=8,
+        num_channels=3,
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        intermediate_size=64,
+        initializer_range=0.2,
+        attn_implementation="eager",
+    )
     return transformers.ViTModel(cfg)
 
 
 def resnet() -> nn.Module:
-    cfg = transformers.ResNetConfig(num_channels=3, embedding_size=16, hidden_sizes=[32, 64], depths=[1, 1],
-                                    layer_type="bottleneck", num_labels=10)
+    cfg = transformers.ResNetConfig(
+        num_channels=3,
+        embedding_size=16,
+        hidden_sizes=[32, 64],
+        depths=[1, 1],
+        layer_type="bottleneck",
+        num_labels=10,
+    )
     return transformers.ResNetForImageClassification(cfg)
 
 
 def mobilenet_v2() -> nn.Module:
-    cfg = transformers.MobileNetV2Config(num_channels=3, image_size=IMAGE, depth_multiplier=0.25,
-                                         finegrained_output=False, num_labels=10)
+    cfg = transformers.MobileNetV2Config(
+        num_channels=3, image_size=IMAGE, depth_multiplier=0.25, finegrained_output=False, num_labels=10
+    )
     model = transformers.MobileNetV2ForImageClassification(cfg)
     # HF initialises convs with std 0.02, which shrinks activations ~100x by the logits; He init keeps
     # values O(1) so the comparison tolerances mean something.
@@ -134,19 +171,46 @@ def mobilenet_v2() -> nn.Module:
 SPECS = [
     Spec("resnet", resnet, image_inputs, ["logits"], {"pixel_values": IMAGE_AXES, "logits": IMAGE_AXES}),
     # As exported with training=TrainingMode.PRESERVE (or by tools that skip the eval peephole).
-    Spec("resnet_bn", resnet, image_inputs, ["logits"], {"pixel_values": IMAGE_AXES, "logits": IMAGE_AXES},
-         keep_batchnorm=True),
-    Spec("mobilenet_v2", mobilenet_v2, image_inputs, ["logits"],
-         {"pixel_values": IMAGE_AXES, "logits": IMAGE_AXES}),
+    Spec(
+        "resnet_bn",
+        resnet,
+        image_inputs,
+        ["logits"],
+        {"pixel_values": IMAGE_AXES, "logits": IMAGE_AXES},
+        keep_batchnorm=True,
+    ),
+    Spec(
+        "mobilenet_v2",
+        mobilenet_v2,
+        image_inputs,
+        ["logits"],
+        {"pixel_values": IMAGE_AXES, "logits": IMAGE_AXES},
+    ),
     Spec("bert", bert, text_inputs(100, True), ["last_hidden_state", "pooler_output"], BERT_AXES),
     # Before opset 17 the exporter spells LayerNorm out (ReduceMean/Sub/Pow/Sqrt/Div): many deployed
     # models look like this, and the EP should fuse it back.
-    Spec("bert_opset14", bert, text_inputs(100, True), ["last_hidden_state", "pooler_output"],
-         BERT_AXES, opset=14),
-    Spec("gpt2", gpt2, text_inputs(100, False), ["logits"],
-         {"input_ids": TEXT_AXES, "attention_mask": TEXT_AXES, "logits": TEXT_AXES}),
-    Spec("vit", vit, image_inputs, ["last_hidden_state", "pooler_output"],
-         {"pixel_values": IMAGE_AXES, "last_hidden_state": IMAGE_AXES, "pooler_output": IMAGE_AXES}),
+    Spec(
+        "bert_opset14",
+        bert,
+        text_inputs(100, True),
+        ["last_hidden_state", "pooler_output"],
+        BERT_AXES,
+        opset=14,
+    ),
+    Spec(
+        "gpt2",
+        gpt2,
+        text_inputs(100, False),
+        ["logits"],
+        {"input_ids": TEXT_AXES, "attention_mask": TEXT_AXES, "logits": TEXT_AXES},
+    ),
+    Spec(
+        "vit",
+        vit,
+        image_inputs,
+        ["last_hidden_state", "pooler_output"],
+        {"pixel_values": IMAGE_AXES, "last_hidden_state": IMAGE_AXES, "pooler_output": IMAGE_AXES},
+    ),
 ]
 
 
@@ -163,11 +227,20 @@ def export(spec: Spec, out_dir: Path, half: bool) -> Path:
     wrapper.input_names = list(feeds)
     path = out_dir / f"{spec.name}{'_fp16' if half else ''}.onnx"
     with torch.no_grad():
-        torch.onnx.export(wrapper, tuple(feeds.values()), str(path), dynamo=False, opset_version=spec.opset,
-                          input_names=list(feeds), output_names=spec.outputs, dynamic_axes=spec.dynamic,
-                          do_constant_folding=True,
-                          training=torch.onnx.TrainingMode.PRESERVE if spec.keep_batchnorm
-                          else torch.onnx.TrainingMode.EVAL)
+        torch.onnx.export(
+            wrapper,
+            tuple(feeds.values()),
+            str(path),
+            dynamo=False,
+            opset_version=spec.opset,
+            input_names=list(feeds),
+            output_names=spec.outputs,
+            dynamic_axes=spec.dynamic,
+            do_constant_folding=True,
+            training=torch.onnx.TrainingMode.PRESERVE
+            if spec.keep_batchnorm
+            else torch.onnx.TrainingMode.EVAL,
+        )
     model_proto = onnx.load(str(path))
     onnx.checker.check_model(model_proto, full_check=True)
     return path
@@ -192,9 +265,18 @@ def main(argv: list[str] | None = None) -> int:
             size = path.stat().st_size
             report[path.name] = {"opset": spec.opset, "bytes": size, "ops": dict(sorted(ops.items()))}
             print(f"{path.name}: {size} bytes, {sum(ops.values())} nodes", file=sys.stderr)
-    print(json.dumps({"torch": torch.__version__, "transformers": transformers.__version__,
-                      "onnx": onnx.__version__, "exporter": "torch.onnx.export(dynamo=False)",
-                      "models": report}, indent=1))
+    print(
+        json.dumps(
+            {
+                "torch": torch.__version__,
+                "transformers": transformers.__version__,
+                "onnx": onnx.__version__,
+                "exporter": "torch.onnx.export(dynamo=False)",
+                "models": report,
+            },
+            indent=1,
+        )
+    )
     return 0
 
 

@@ -18,8 +18,8 @@ import onnx
 from onnx.backend.test.case.node import collect_testcases
 
 from migraphx_ep.frontend import model_to_dict, parse_graph
-from migraphx_ep.ir.shape import Shape
 from migraphx_ep.ir.dtypes import from_numpy
+from migraphx_ep.ir.shape import Shape
 
 
 def as_array(x):
@@ -99,8 +99,14 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{status:8} {case.name}: {why}")
     for op in sorted(per_op):
         c = per_op[op]
-        print(f"{op:32} correct {c['correct']:3}  wrong {c['wrong']:3}  refused {c['refused']:3}  skip {c['skip']}")
-    print(f"TOTAL correct {counts['correct']} wrong {counts['wrong']} refused {counts['refused']} skip {counts['skip']}")
+        print(
+            f"{op:32} correct {c['correct']:3}  wrong {c['wrong']:3}  "
+            f"refused {c['refused']:3}  skip {c['skip']}"
+        )
+    print(
+        f"TOTAL correct {counts['correct']} wrong {counts['wrong']} "
+        f"refused {counts['refused']} skip {counts['skip']}"
+    )
     return 1 if counts["wrong"] else 0
 
 

@@ -51,8 +51,12 @@ def _init() -> None:
         # still works, but ORT cannot reach the EP, so say so instead of letting ORT skip it silently.
         import warnings
 
-        warnings.warn("migraphx_ep: native library _C not built; MIGraphXExecutionProvider is unavailable "
-                      "(the Python compiler core still works)", RuntimeWarning, stacklevel=2)
+        warnings.warn(
+            "migraphx_ep: native library _C not built; MIGraphXExecutionProvider is unavailable "
+            "(the Python compiler core still works)",
+            RuntimeWarning,
+            stacklevel=2,
+        )
         return
     if os.environ.get("MIGRAPHX_EP_DISABLE_ROUTING", "") not in ("", "0"):
         return  # leave onnxruntime exactly as shipped

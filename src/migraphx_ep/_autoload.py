@@ -29,7 +29,11 @@ def _log_failure() -> None:
 
     logging.getLogger(PACKAGE).warning(
         "%s could not be loaded after %s: MIGraphXExecutionProvider is unavailable "
-        "(set MIGRAPHX_EP_NO_AUTOLOAD=1 to skip auto-loading)", PACKAGE, TARGET, exc_info=True)
+        "(set MIGRAPHX_EP_NO_AUTOLOAD=1 to skip auto-loading)",
+        PACKAGE,
+        TARGET,
+        exc_info=True,
+    )
 
 
 def _import_package() -> None:

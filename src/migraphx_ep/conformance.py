@@ -74,8 +74,11 @@ def _placement(sess) -> collections.Counter:
             events = json.load(f)
     finally:
         os.unlink(path)
-    return collections.Counter(e["args"].get("provider", "?") for e in events
-                               if e.get("cat") == "Node" and "provider" in e.get("args", {}))
+    return collections.Counter(
+        e["args"].get("provider", "?")
+        for e in events
+        if e.get("cat") == "Node" and "provider" in e.get("args", {})
+    )
 
 
 def run_case(ort, case, tmp: str) -> CaseResult:
@@ -118,8 +121,12 @@ def run_case(ort, case, tmp: str) -> CaseResult:
         return CaseResult(case.name, op, "refused", _refusal_reason(model))
     if wrong:
         return CaseResult(case.name, op, "claimed-wrong", wrong)
-    return CaseResult(case.name, op, "claimed-correct" if ours == total else "partial-correct",
-                      "" if ours == total else f"{ours}/{total} node events on {EP}")
+    return CaseResult(
+        case.name,
+        op,
+        "claimed-correct" if ours == total else "partial-correct",
+        "" if ours == total else f"{ours}/{total} node events on {EP}",
+    )
 
 
 def _refusal_reason(model: onnx.ModelProto) -> str:
@@ -134,8 +141,11 @@ def _refusal_reason(model: onnx.ModelProto) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m migraphx_ep.conformance", description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        prog="python -m migraphx_ep.conformance",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     ap.add_argument("--ops", default="", help="comma list of ONNX op types (default: all)")
     ap.add_argument("--filter", default="", help="substring of the test name")
     ap.add_argument("--show", default="claimed-wrong,ep-error", help="statuses to list case by case")
@@ -174,10 +184,13 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{op:34} " + " ".join(f"{k}={v}" for k, v in sorted(per[op].items())))
     runnable = sum(v for k, v in counts.items() if k != "not-runnable")
     good = counts["claimed-correct"]
-    print(f"cases {len(results)}, ORT-runnable {runnable}: claimed-correct {good} "
-          f"({100.0 * good / max(runnable, 1):.1f}%), partial-correct {counts['partial-correct']}, "
-          f"claimed-wrong {counts['claimed-wrong']}, ep-error {counts['ep-error']}, refused {counts['refused']}, "
-          f"not-runnable {counts['not-runnable']} ({time.time() - t0:.0f} s)")
+    print(
+        f"cases {len(results)}, ORT-runnable {runnable}: claimed-correct {good} "
+        f"({100.0 * good / max(runnable, 1):.1f}%), partial-correct {counts['partial-correct']}, "
+        f"claimed-wrong {counts['claimed-wrong']}, ep-error {counts['ep-error']}, "
+        f"refused {counts['refused']}, "
+        f"not-runnable {counts['not-runnable']} ({time.time() - t0:.0f} s)"
+    )
     if a.json:
         with open(a.json, "w") as f:
             json.dump({"counts": dict(counts), "cases": [asdict(r) for r in results]}, f, indent=1)

@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from .ir.dtypes import DType
+from .ir.dtypes import DType, to_numpy
 from .ir.instruction import Instruction
 from .ir.module import Module
 from .ir.operation import OPS, ModuleOp, Param, make_op
@@ -44,22 +44,24 @@ def _convert(m: Module, before: Instruction, x: Instruction, t: DType) -> Instru
 
 
 # -- fp16 ----------------------------------------------------------------------------------------------
-def _as_half(m: Module, user: Instruction, x: Instruction, cache: Cache) -> Instruction:
-    """``x`` in half precision, reusing an existing half value where the round trip is exact."""
+def _as_half(
+    m: Module, user: Instruction, x: Instruction, cache: Cache, t: DType = DType.half_type
+) -> Instruction:
+    """``x`` in the narrow float ``t``, reusing an existing narrow value where the round trip is exact."""
     if id(x) in cache:
         return cache[id(x)][1]
     src = x.inputs[0] if x.name == "convert" and x.inputs else None
-    if src is not None and src.shape.type == DType.half_type:
+    if src is not None and src.shape.type == t:
         h = src  # convert(half -> float) -> convert(float -> half) is the identity
     elif x.is_literal():
-        h = m.add_literal(np.asarray(x.op.value).astype(np.float16))  # type: ignore[attr-defined]
+        h = m.add_literal(np.asarray(x.op.value).astype(to_numpy(t)))  # type: ignore[attr-defined]
     else:
-        h = _convert(m, user, x, DType.half_type)
+        h = _convert(m, user, x, t)
     cache[id(x)] = (x, h)
     return h
 
 
-def _quantize_fp16_module(m: Module, names: set[str] | None) -> bool:
+def _quantize_fp16_module(m: Module, names: set[str] | None, t: DType = DType.half_type) -> bool:
     cache: Cache = {}
     changed = False
     for ins in m:
@@ -69,9 +71,7 @@ def _quantize_fp16_module(m: Module, names: set[str] | None) -> bool:
             continue
         if ins.shape.type == DType.tuple_type or not any(a.shape.type in WIDE_FLOATS for a in ins.inputs):
             continue
-        new_shapes = [
-            a.shape.with_type(DType.half_type) if a.shape.type in WIDE_FLOATS else a.shape for a in ins.inputs
-        ]
+        new_shapes = [a.shape.with_type(t) if a.shape.type in WIDE_FLOATS else a.shape for a in ins.inputs]
         try:
             out = ins.op.compute_shape(new_shapes)
         except (ValueError, TypeError):
@@ -81,7 +81,7 @@ def _quantize_fp16_module(m: Module, names: set[str] | None) -> bool:
             # Views (transpose, slice...) would come back standard and leave their users' shapes stale;
             # they cost nothing in float anyway.
             continue
-        args = [_as_half(m, ins, a, cache) if a.shape.type in WIDE_FLOATS else a for a in ins.inputs]
+        args = [_as_half(m, ins, a, cache, t) if a.shape.type in WIDE_FLOATS else a for a in ins.inputs]
         new = m.insert_instruction(ins, ins.op, args)
         back = new if new.shape.type == ins.shape.type else _convert(m, ins, new, ins.shape.type)
         if back is not new:
@@ -101,6 +101,14 @@ def quantize_fp16(prog: Program, ins_names: Sequence[str] = ("all",)) -> None:
     names = None if "all" in ins_names else set(ins_names)
     for m in prog.modules.values():
         _quantize_fp16_module(m, names)
+
+
+def quantize_bf16(prog: Program, ins_names: Sequence[str] = ("all",)) -> None:
+    """As :func:`quantize_fp16`, in bfloat16 (the EP's ``migraphx_bf16_enable``)."""
+    _require_uncompiled(prog, "quantize_bf16")
+    names = None if "all" in ins_names else set(ins_names)
+    for m in prog.modules.values():
+        _quantize_fp16_module(m, names, DType.bf16_type)
 
 
 # -- int8 ----------------------------------------------------------------------------------------------

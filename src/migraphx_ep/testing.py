@@ -14,8 +14,17 @@ import onnx
 from onnx import numpy_helper
 
 LIGHT_DIR = os.path.join(os.path.dirname(onnx.__file__), "backend", "test", "data", "light")
-LIGHT_MODELS = ("bvlc_alexnet", "densenet121", "inception_v1", "inception_v2", "resnet50", "shufflenet",
-                "squeezenet", "vgg19", "zfnet512")
+LIGHT_MODELS = (
+    "bvlc_alexnet",
+    "densenet121",
+    "inception_v1",
+    "inception_v2",
+    "resnet50",
+    "shufflenet",
+    "squeezenet",
+    "vgg19",
+    "zfnet512",
+)
 
 
 def light_model(name: str, randomize: bool = True, seed: int = 0) -> onnx.ModelProto:
@@ -62,9 +71,14 @@ def randomize_weights(model: onnx.ModelProto, seed: int = 0) -> onnx.ModelProto:
     del out.graph.node[:]
     out.graph.node.extend(keep)
     used = {i for n in keep for i in n.input}
-    kept_inits = [t for t in out.graph.initializer if t.name in used]  # drop the now-unused shape constants
+    # Drop the now-unused shape constants, and their graph-input entries (IR < 4 lists initializers there).
+    dropped = {t.name for t in out.graph.initializer if t.name not in used}
+    kept_inits = [t for t in out.graph.initializer if t.name in used]
     del out.graph.initializer[:]
     out.graph.initializer.extend(kept_inits + new_inits)
+    kept_inputs = [vi for vi in out.graph.input if vi.name not in dropped]
+    del out.graph.input[:]
+    out.graph.input.extend(kept_inputs)
     return out
 
 

@@ -28,8 +28,12 @@ def model(tmp_path_factory) -> str:
     x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 3])
     y = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 3])
     w = numpy_helper.from_array(np.array([[1.0, -2.0, 3.0]], np.float32), "w")
-    nodes = [helper.make_node("Mul", ["x", "w"], ["a"]), helper.make_node("Relu", ["a"], ["b"]),
-             helper.make_node("Add", ["b", "y"], ["c"]), helper.make_node("Exp", ["c"], ["z"])]
+    nodes = [
+        helper.make_node("Mul", ["x", "w"], ["a"]),
+        helper.make_node("Relu", ["a"], ["b"]),
+        helper.make_node("Add", ["b", "y"], ["c"]),
+        helper.make_node("Exp", ["c"], ["z"]),
+    ]
     z = helper.make_tensor_value_info("z", TensorProto.FLOAT, ["N", 3])
     g = helper.make_graph(nodes, "g", [x, y], [z], [w])
     m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
@@ -41,8 +45,13 @@ def model(tmp_path_factory) -> str:
 
 def cli(*args: str) -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHONPATH": os.path.abspath(SRC)}
-    return subprocess.run([sys.executable, "-m", "migraphx_ep.driver", *args], capture_output=True, text=True,
-                          env=env, timeout=300)
+    return subprocess.run(
+        [sys.executable, "-m", "migraphx_ep.driver", *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
 
 
 def test_cli_read_params_compile_save(model, tmp_path):
@@ -55,7 +64,7 @@ def test_cli_read_params_compile_save(model, tmp_path):
     out = str(tmp_path / "m.mxr")
     r = cli("compile", model, "--ref", "--default-dim", "2", "-o", out)
     assert r.returncode == 0, r.stderr
-    assert "module: \"main\"" in r.stdout and os.path.exists(out)
+    assert 'module: "main"' in r.stdout and os.path.exists(out)
     prog = mxr.load(out)
     assert prog.is_compiled() and prog.target_name == "ref"
     r = cli("params", out)

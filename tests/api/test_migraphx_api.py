@@ -59,8 +59,19 @@ def test_argument_from_buffers():
     assert t.get_shape().lens() == [3, 2] and t.tolist() == a.T.ravel().tolist()
 
 
-@pytest.mark.parametrize("type_name", ["float_type", "half_type", "bf16_type", "fp8e4m3fn_type", "int32_type",
-                                       "uint8_type", "int64_type", "bool_type"])
+@pytest.mark.parametrize(
+    "type_name",
+    [
+        "float_type",
+        "half_type",
+        "bf16_type",
+        "fp8e4m3fn_type",
+        "int32_type",
+        "uint8_type",
+        "int64_type",
+        "bool_type",
+    ],
+)
 def test_generate_argument_deterministic(type_name):
     s = migraphx.shape(type=type_name, lens=[4, 5])
     a, b = migraphx.generate_argument(s, 1), migraphx.generate_argument(s, 1)
@@ -95,8 +106,9 @@ def test_argument_from_pointer_is_zero_copy():
     np.asarray(arg)[0, 0] = -1.0
     assert buf[0] == -1.0
     raw = (ctypes.c_int16 * 6)(*range(6))
-    t = migraphx.argument_from_pointer(migraphx.shape(type="int16_type", lens=[3, 2], strides=[1, 3]),
-                                       ctypes.addressof(raw))
+    t = migraphx.argument_from_pointer(
+        migraphx.shape(type="int16_type", lens=[3, 2], strides=[1, 3]), ctypes.addressof(raw)
+    )
     assert t.tolist() == [0, 3, 1, 4, 2, 5]
     with pytest.raises(ValueError, match="null"):
         migraphx.argument_from_pointer(s, 0)
@@ -129,10 +141,14 @@ def build_program() -> migraphx.program:
 def test_program_build_compile_run():
     p = build_program()
     assert p.get_parameter_names() == ["x", "y"]
-    assert p.get_parameter_shapes() == {"x": migraphx.shape(type="float_type", lens=[2, 3]),
-                                        "y": migraphx.shape(type="float_type", lens=[2, 3])}
-    assert p.get_output_shapes() == [migraphx.shape(type="float_type", lens=[2, 3]),
-                                     migraphx.shape(type="half_type", lens=[2, 3])]
+    assert p.get_parameter_shapes() == {
+        "x": migraphx.shape(type="float_type", lens=[2, 3]),
+        "y": migraphx.shape(type="float_type", lens=[2, 3]),
+    }
+    assert p.get_output_shapes() == [
+        migraphx.shape(type="float_type", lens=[2, 3]),
+        migraphx.shape(type="half_type", lens=[2, 3]),
+    ]
     q = p.clone()
     assert q == p and "mul" in str(p) and "@param:x" in str(p.get_main_module())
     p.compile(migraphx.get_target("ref"), offload_copy=True, fast_math=False, exhaustive_tune=False)
@@ -186,8 +202,13 @@ def test_quantize_entry_points():
     np.testing.assert_array_equal(np.array(p.run({"x": x, "y": x})[0]), np.full((2, 3), 6.0, np.float32))
     f8 = migraphx.program()
     m = f8.get_main_module()
-    m.add_return([m.add_instruction(migraphx.op("neg"), [m.add_parameter("a", migraphx.shape(
-        type="fp8e4m3fn_type", lens=[2]))])])
+    m.add_return(
+        [
+            m.add_instruction(
+                migraphx.op("neg"), [m.add_parameter("a", migraphx.shape(type="fp8e4m3fn_type", lens=[2]))]
+            )
+        ]
+    )
     migraphx.autocast_fp8(f8)
     assert f8.get_parameter_shapes()["a"].type_string() == "float_type"
     assert f8.get_output_shapes()[0].type_string() == "float_type"
@@ -225,8 +246,9 @@ def test_parse_onnx_dims(tmp_path):
     np.testing.assert_allclose(np.array(p.run({"x": xv})[0]), np.exp(xv * [1, 2, 3]), rtol=1e-6)
     fixed = migraphx.parse_onnx(path, default_dyn_dim_value=migraphx.dynamic_dimension(6, 6))
     assert fixed.get_parameter_shapes()["x"].lens() == [6, 3]
-    dd = migraphx.parse_onnx(path, map_dyn_input_dims={"x": [migraphx.dynamic_dimension(2, 2),
-                                                              migraphx.dynamic_dimension(3, 3)]})
+    dd = migraphx.parse_onnx(
+        path, map_dyn_input_dims={"x": [migraphx.dynamic_dimension(2, 2), migraphx.dynamic_dimension(3, 3)]}
+    )
     assert dd.get_parameter_shapes()["x"].lens() == [2, 3]
     with pytest.raises(ValueError, match="no model input named"):
         migraphx.parse_onnx(path, map_input_dims={"nope": [1]})

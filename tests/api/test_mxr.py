@@ -173,9 +173,13 @@ def test_every_byte_flip_errors_or_is_harmless(tmp_path):
 
 def test_foreign_files(tmp_path):
     f = tmp_path / "x.mxr"
-    for content, why in [(b"", "empty"), (b"\x08\x07\x12\x04onnx-protobuf-bytes", "not a migraphx_ep"),
-                         (b"\x89MX", "truncated"), (b'{"a": 1}', "not a migraphx_ep"),
-                         (b"\x89MXR-EP\n\x01\x02", "not a binary section")]:
+    for content, why in [
+        (b"", "empty"),
+        (b"\x08\x07\x12\x04onnx-protobuf-bytes", "not a migraphx_ep"),
+        (b"\x89MX", "truncated"),
+        (b'{"a": 1}', "not a migraphx_ep"),
+        (b"\x89MXR-EP\n\x01\x02", "not a binary section"),
+    ]:
         f.write_bytes(content)
         with pytest.raises(MxrError, match=why):
             mxr.load(f)
@@ -188,10 +192,10 @@ def test_foreign_files(tmp_path):
 def _rewrite_header(data: bytes, change: dict) -> bytes:
     n0 = len(mxr.MAGIC)
     size = data[n0 + 1]  # bin8: the header is small
-    header = msgpack.unpackb(data[n0 + 2:n0 + 2 + size])
+    header = msgpack.unpackb(data[n0 + 2 : n0 + 2 + size])
     header.update(change)
     hb = msgpack.packb(header)
-    return data[:n0] + b"\xc4" + bytes([len(hb)]) + hb + data[n0 + 2 + size:]
+    return data[:n0] + b"\xc4" + bytes([len(hb)]) + hb + data[n0 + 2 + size :]
 
 
 def test_wrong_version_and_producer(tmp_path):
@@ -246,8 +250,13 @@ def test_inconsistent_program_records(tmp_path):
     def missing_module(mods):
         del mods[1]
 
-    for edit, why in [(unknown_op, "unknown operator"), (forward_ref, "does not precede"),
-                      (wrong_shape, "computes"), (bad_attr, "bogus"), (missing_module, "unknown module")]:
+    for edit, why in [
+        (unknown_op, "unknown operator"),
+        (forward_ref, "does not precede"),
+        (wrong_shape, "computes"),
+        (bad_attr, "bogus"),
+        (missing_module, "unknown module"),
+    ]:
         with pytest.raises(MxrError, match=why):
             mxr.load(_edit_json(tmp_path, edit))
 

@@ -108,8 +108,11 @@ def test_int8_uses_calibration_data():
     assert names(p).count("quantizelinear") == 2 and names(p).count("dequantizelinear") == 2
     sx = np.float32(max(np.abs(c["x"]).max() for c in cal) / 127.0)
     sw = np.float32(np.abs(wv).max() / 127.0)
-    scales = sorted(float(i.op.value) for i in m.instructions if i.is_literal() and i.shape.type == F32
-                    and i.shape.elements() == 1)
+    scales = sorted(
+        float(i.op.value)
+        for i in m.instructions
+        if i.is_literal() and i.shape.type == F32 and i.shape.elements() == 1
+    )
     assert scales == sorted([float(sx), float(sw)])
     x = RNG.uniform(-3, 3, (4, 8)).astype(np.float32)
     got = p.run_numpy({"x": x})[0]
@@ -121,8 +124,11 @@ def test_int8_uses_calibration_data():
     # Other calibration data, other scale.
     q = dot_program(wv)
     quantize_int8(q, None, [{"x": c["x"] * 0.5} for c in cal])
-    q_scales = sorted(float(i.op.value) for i in q.get_main_module().instructions if i.is_literal()
-                      and i.shape.type == F32 and i.shape.elements() == 1)
+    q_scales = sorted(
+        float(i.op.value)
+        for i in q.get_main_module().instructions
+        if i.is_literal() and i.shape.type == F32 and i.shape.elements() == 1
+    )
     assert q_scales == sorted([float(np.float32(sx * 0.5)), float(sw)])
 
 

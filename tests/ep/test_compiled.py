@@ -13,10 +13,13 @@ from migraphx_ep.frontend import model_to_dict
 
 
 def graph(dims=("N", 3)) -> dict:
-    g = h.make_graph([h.make_node("Add", ["x", "w"], ["a"]), h.make_node("Relu", ["a"], ["y"])], "g",
-                     [h.make_tensor_value_info("x", T.FLOAT, list(dims))],
-                     [h.make_tensor_value_info("y", T.FLOAT, list(dims))],
-                     [h.make_tensor("w", T.FLOAT, [3], [1.0, -2.0, 3.0])])
+    g = h.make_graph(
+        [h.make_node("Add", ["x", "w"], ["a"]), h.make_node("Relu", ["a"], ["y"])],
+        "g",
+        [h.make_tensor_value_info("x", T.FLOAT, list(dims))],
+        [h.make_tensor_value_info("y", T.FLOAT, list(dims))],
+        [h.make_tensor("w", T.FLOAT, [3], [1.0, -2.0, 3.0])],
+    )
     return model_to_dict(h.make_model(g, opset_imports=[h.make_opsetid("", 17)]))
 
 
@@ -62,11 +65,14 @@ def test_max_dynamic_batch_precompiles_powers_of_two():
     assert c.compiles == 4
 
 
-@pytest.mark.parametrize("x,msg", [
-    (np.ones((2, 3), np.float64), "element type float64, expected float32"),
-    (np.ones((2, 4), np.float32), "dim 1 is 4, expected 3"),
-    (np.ones((2, 3, 1), np.float32), "rank 3, expected 2"),
-])
+@pytest.mark.parametrize(
+    "x,msg",
+    [
+        (np.ones((2, 3), np.float64), "element type float64, expected float32"),
+        (np.ones((2, 4), np.float32), "dim 1 is 4, expected 3"),
+        (np.ones((2, 3, 1), np.float32), "rank 3, expected 2"),
+    ],
+)
 def test_bad_inputs_are_clear_errors(x, msg):
     with pytest.raises(InputError, match=msg):
         compiled().run([x])
@@ -78,9 +84,12 @@ def test_wrong_input_count():
 
 
 def reduce_graph() -> dict:
-    g = h.make_graph([h.make_node("ReduceSum", ["x", "axes"], ["y"], keepdims=0)], "g",
-                     [h.make_tensor_value_info("x", T.FLOAT, [2, 3, 4]), h.make_tensor_value_info("axes", T.INT64, [1])],
-                     [h.make_tensor_value_info("y", T.FLOAT, None)])
+    g = h.make_graph(
+        [h.make_node("ReduceSum", ["x", "axes"], ["y"], keepdims=0)],
+        "g",
+        [h.make_tensor_value_info("x", T.FLOAT, [2, 3, 4]), h.make_tensor_value_info("axes", T.INT64, [1])],
+        [h.make_tensor_value_info("y", T.FLOAT, None)],
+    )
     return model_to_dict(h.make_model(g, opset_imports=[h.make_opsetid("", 18)]))
 
 
@@ -101,23 +110,34 @@ def test_value_specialisation_of_small_inputs():
 
 def test_value_specialisation_is_not_used_for_data():
     # Gather indices are data: a node never needs their value, so nothing is specialised.
-    g = h.make_graph([h.make_node("Gather", ["x", "i"], ["y"])], "g",
-                     [h.make_tensor_value_info("x", T.FLOAT, [5, 2]), h.make_tensor_value_info("i", T.INT64, [3])],
-                     [h.make_tensor_value_info("y", T.FLOAT, [3, 2])])
+    g = h.make_graph(
+        [h.make_node("Gather", ["x", "i"], ["y"])],
+        "g",
+        [h.make_tensor_value_info("x", T.FLOAT, [5, 2]), h.make_tensor_value_info("i", T.INT64, [3])],
+        [h.make_tensor_value_info("y", T.FLOAT, [3, 2])],
+    )
     c = create_ep({"migraphx_target": "ref"}).compile(
-        model_to_dict(h.make_model(g, opset_imports=[h.make_opsetid("", 18)])), "fused_0")
+        model_to_dict(h.make_model(g, opset_imports=[h.make_opsetid("", 18)])), "fused_0"
+    )
     assert c.value_inputs == [] and c.compiles == 1
 
 
 def test_value_specialisation_learns_every_needed_input():
     # Slice needs starts *and* ends by value; the probe only sees the first. Run learns the rest,
     # and the small data input x (12 elements) is never specialised.
-    g = h.make_graph([h.make_node("Slice", ["x", "starts", "ends"], ["y"])], "g",
-                     [h.make_tensor_value_info("x", T.FLOAT, [3, 4]),
-                      h.make_tensor_value_info("starts", T.INT64, [1]), h.make_tensor_value_info("ends", T.INT64, [1])],
-                     [h.make_tensor_value_info("y", T.FLOAT, None)])
+    g = h.make_graph(
+        [h.make_node("Slice", ["x", "starts", "ends"], ["y"])],
+        "g",
+        [
+            h.make_tensor_value_info("x", T.FLOAT, [3, 4]),
+            h.make_tensor_value_info("starts", T.INT64, [1]),
+            h.make_tensor_value_info("ends", T.INT64, [1]),
+        ],
+        [h.make_tensor_value_info("y", T.FLOAT, None)],
+    )
     c = create_ep({"migraphx_target": "ref"}).compile(
-        model_to_dict(h.make_model(g, opset_imports=[h.make_opsetid("", 18)])), "fused_0")
+        model_to_dict(h.make_model(g, opset_imports=[h.make_opsetid("", 18)])), "fused_0"
+    )
     rng = np.random.default_rng(0)
     for s, e in ((0, 2), (1, 3), (0, 2)):
         x = rng.standard_normal((3, 4)).astype(np.float32)

@@ -16,16 +16,29 @@ def test_defaults():
 
 
 def test_every_documented_option_is_accepted():
-    values = {"device_id": "1", "migraphx_fp16_enable": "1", "migraphx_bf16_enable": "0",
-              "migraphx_fp8_enable": "0", "migraphx_int8_enable": "0",
-              "migraphx_int8_calibration_table_name": "/tmp/t.json",
-              "migraphx_int8_use_native_calibration_table": "0", "migraphx_save_compiled_model": "1",
-              "migraphx_save_compiled_path": "/tmp/a.mxr", "migraphx_load_compiled_model": "1",
-              "migraphx_load_compiled_path": "/tmp/b.mxr", "migraphx_exhaustive_tune": "0",
-              "migraphx_mem_limit": "1048576", "migraphx_arena_extend_strategy": "kSameAsRequested",
-              "migraphx_external_alloc": "0", "migraphx_external_free": "0",
-              "migraphx_external_empty_cache": "0", "migraphx_model_cache_dir": "/tmp/c",
-              "migraphx_max_dynamic_batch": "8", "migraphx_max_compiled_models": "4", "migraphx_target": "ref"}
+    values = {
+        "device_id": "1",
+        "migraphx_fp16_enable": "1",
+        "migraphx_bf16_enable": "0",
+        "migraphx_fp8_enable": "0",
+        "migraphx_int8_enable": "0",
+        "migraphx_int8_calibration_table_name": "/tmp/t.json",
+        "migraphx_int8_use_native_calibration_table": "0",
+        "migraphx_save_compiled_model": "1",
+        "migraphx_save_compiled_path": "/tmp/a.mxr",
+        "migraphx_load_compiled_model": "1",
+        "migraphx_load_compiled_path": "/tmp/b.mxr",
+        "migraphx_exhaustive_tune": "0",
+        "migraphx_mem_limit": "1048576",
+        "migraphx_arena_extend_strategy": "kSameAsRequested",
+        "migraphx_external_alloc": "0",
+        "migraphx_external_free": "0",
+        "migraphx_external_empty_cache": "0",
+        "migraphx_model_cache_dir": "/tmp/c",
+        "migraphx_max_dynamic_batch": "8",
+        "migraphx_max_compiled_models": "4",
+        "migraphx_target": "ref",
+    }
     o = parse_options(values, {})
     assert (o.device_id, o.fp16_enable, o.save_compiled_path, o.mem_limit) == (1, True, "/tmp/a.mxr", 1048576)
     assert (o.arena_extend_strategy, o.max_dynamic_batch, o.max_compiled_models) == ("kSameAsRequested", 8, 4)
@@ -33,15 +46,19 @@ def test_every_documented_option_is_accepted():
     assert {s.key for s in SPECS if s.key} == set(values)
 
 
-@pytest.mark.parametrize("short,field", [("fp16_enable", "fp16_enable"), ("int8_enable", "int8_enable"),
-                                         ("exhaustive_tune", "exhaustive_tune")])
+@pytest.mark.parametrize(
+    "short,field",
+    [("fp16_enable", "fp16_enable"), ("int8_enable", "int8_enable"), ("exhaustive_tune", "exhaustive_tune")],
+)
 def test_genai_short_names(short, field):
     assert getattr(parse_options({short: "1"}, {}), field) is True
 
 
 def test_env_wins_over_options():
-    o = parse_options({"migraphx_fp16_enable": "1", "migraphx_max_compiled_models": "3"},
-                      {"ORT_MIGRAPHX_FP16_ENABLE": "0", "ORT_MIGRAPHX_MAX_COMPILED_MODELS": "7"})
+    o = parse_options(
+        {"migraphx_fp16_enable": "1", "migraphx_max_compiled_models": "3"},
+        {"ORT_MIGRAPHX_FP16_ENABLE": "0", "ORT_MIGRAPHX_MAX_COMPILED_MODELS": "7"},
+    )
     assert o.fp16_enable is False and o.max_compiled_models == 7
 
 
@@ -57,10 +74,18 @@ def test_unknown_key_lists_valid_keys():
         parse_options({"migraphx_fp17_enable": "1"}, {})
 
 
-@pytest.mark.parametrize("key,value", [("migraphx_fp16_enable", "yes please"), ("device_id", "-1"),
-                                       ("device_id", "gpu0"), ("migraphx_max_compiled_models", "0"),
-                                       ("migraphx_arena_extend_strategy", "kDouble"), ("migraphx_target", "tpu"),
-                                       ("migraphx_external_alloc", "not-an-address")])
+@pytest.mark.parametrize(
+    "key,value",
+    [
+        ("migraphx_fp16_enable", "yes please"),
+        ("device_id", "-1"),
+        ("device_id", "gpu0"),
+        ("migraphx_max_compiled_models", "0"),
+        ("migraphx_arena_extend_strategy", "kDouble"),
+        ("migraphx_target", "tpu"),
+        ("migraphx_external_alloc", "not-an-address"),
+    ],
+)
 def test_bad_value_names_key_and_value(key, value):
     with pytest.raises(OptionError) as e:
         parse_options({key: value}, {})

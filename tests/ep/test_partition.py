@@ -80,17 +80,26 @@ def _model(nodes_, inputs, outputs, inits=(), vis=()):
 
 
 def test_partition_refuses_unknown_op_with_reason():
-    m = _model([h.make_node("Relu", ["x"], ["a"]), h.make_node("NotAnOp", ["a"], ["b"], domain="custom"),
-                h.make_node("Relu", ["b"], ["y"])],
-               [h.make_tensor_value_info("x", T.FLOAT, ["N", 4])], [h.make_tensor_value_info("y", T.FLOAT, ["N", 4])],
-               vis=[h.make_tensor_value_info("b", T.FLOAT, ["N", 4])])
+    m = _model(
+        [
+            h.make_node("Relu", ["x"], ["a"]),
+            h.make_node("NotAnOp", ["a"], ["b"], domain="custom"),
+            h.make_node("Relu", ["b"], ["y"]),
+        ],
+        [h.make_tensor_value_info("x", T.FLOAT, ["N", 4])],
+        [h.make_tensor_value_info("y", T.FLOAT, ["N", 4])],
+        vis=[h.make_tensor_value_info("b", T.FLOAT, ["N", 4])],
+    )
     p = partition(model_to_dict(m))
     assert p.groups == [[0], [2]]
     assert "no parser for custom::NotAnOp" in p.refused[1]
 
 
 def test_partition_refuses_string_tensors():
-    m = _model([h.make_node("Identity", ["s"], ["t"])],
-               [h.make_tensor_value_info("s", T.STRING, [2])], [h.make_tensor_value_info("t", T.STRING, [2])])
+    m = _model(
+        [h.make_node("Identity", ["s"], ["t"])],
+        [h.make_tensor_value_info("s", T.STRING, [2])],
+        [h.make_tensor_value_info("t", T.STRING, [2])],
+    )
     p = partition(model_to_dict(m))
     assert p.groups == [] and "unsupported ONNX element type 8" in p.refused[0]

@@ -69,7 +69,8 @@ def test_nll_vs_numpy():
 
 def test_bad_reduction_refused():
     ins = {"x": RNG.standard_normal((N, C)).astype(np.float32), "t": targets((N,))}
-    m = make_model(helper.make_node("NegativeLogLikelihoodLoss", ["x", "t"], ["y"], reduction="max"), ins,
-                   opset=13)
+    m = make_model(
+        helper.make_node("NegativeLogLikelihoodLoss", ["x", "t"], ["y"], reduction="max"), ins, opset=13
+    )
     with pytest.raises(ParseError, match="reduction"):
         run_ours(m, ins)

@@ -239,7 +239,9 @@ def refused(node: onnx.NodeProto, inputs: dict[str, np.ndarray]) -> str:
 def test_unsupported_cases_refuse():
     x = rand(1, 2, 5, 5)
     xi = RNG.integers(-9, 9, (1, 2, 5, 5)).astype(np.int8)
-    assert "Indices" in refused(helper.make_node("MaxPool", ["x"], ["y", "i"], kernel_shape=[2, 2]), {"x": xi})
+    assert "Indices" in refused(
+        helper.make_node("MaxPool", ["x"], ["y", "i"], kernel_shape=[2, 2]), {"x": xi}
+    )
     assert "pads" in refused(
         helper.make_node("AveragePool", ["x"], ["y"], kernel_shape=[2, 2], pads=[2, 0, 0, 0]), {"x": x}
     )

@@ -25,8 +25,9 @@ def test_softmax_ops_vs_numpy():
     e = np.exp(x - x.max(1, keepdims=True))
     np.testing.assert_allclose(run_op("softmax", x, axis=1), e / e.sum(1, keepdims=True), rtol=1e-5)
     d = x - x.max(-1, keepdims=True)
-    np.testing.assert_allclose(run_op("logsoftmax", x, axis=-1), d - np.log(np.exp(d).sum(-1, keepdims=True)),
-                               rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(
+        run_op("logsoftmax", x, axis=-1), d - np.log(np.exp(d).sum(-1, keepdims=True)), rtol=1e-5, atol=1e-5
+    )
     assert run_op("softmax", X3.astype(np.float16), axis=2).dtype == np.float16
 
 
@@ -51,8 +52,11 @@ def test_layer_norms_vs_ort(dt):
     x, g, b = X3.astype(dt), vec(8).astype(dt), vec(8).astype(dt)
     node = helper.make_node("LayerNormalization", ["x", "g", "b"], ["y", "m", "i"])
     check_node(node, {"x": x, "g": g, "b": b}, *tol)
-    check_node(helper.make_node("LayerNormalization", ["x", "g"], ["y"], axis=1, epsilon=1e-3),
-               {"x": x, "g": RNG.standard_normal((3, 8)).astype(dt)}, *tol)
+    check_node(
+        helper.make_node("LayerNormalization", ["x", "g"], ["y"], axis=1, epsilon=1e-3),
+        {"x": x, "g": RNG.standard_normal((3, 8)).astype(dt)},
+        *tol,
+    )
     check_node(helper.make_node("RMSNormalization", ["x", "g"], ["y"]), {"x": x, "g": g}, *tol, opset=23)
 
 
@@ -63,18 +67,32 @@ def test_channel_norms_vs_ort(dt):
     cb = vec(4).astype(dt)
     node = helper.make_node("InstanceNormalization", ["x", "s", "b"], ["y"])
     check_node(node, {"x": x, "s": c, "b": cb}, *tol)
-    check_node(helper.make_node("BatchNormalization", ["x", "s", "b", "m", "v"], ["y"], epsilon=1e-3),
-               {"x": x, "s": c, "b": cb, "m": (c * 0.3).astype(dt), "v": np.abs(cb) + dt(0.1)}, *tol)
-    check_node(helper.make_node("GroupNormalization", ["x", "s", "b"], ["y"], num_groups=2),
-               {"x": x, "s": c, "b": cb}, *tol, opset=21)
-    check_node(helper.make_node("GroupNormalization", ["x", "s", "b"], ["y"], num_groups=2),
-               {"x": x, "s": c[:2], "b": cb[:2]}, *tol, opset=18)
+    check_node(
+        helper.make_node("BatchNormalization", ["x", "s", "b", "m", "v"], ["y"], epsilon=1e-3),
+        {"x": x, "s": c, "b": cb, "m": (c * 0.3).astype(dt), "v": np.abs(cb) + dt(0.1)},
+        *tol,
+    )
+    check_node(
+        helper.make_node("GroupNormalization", ["x", "s", "b"], ["y"], num_groups=2),
+        {"x": x, "s": c, "b": cb},
+        *tol,
+        opset=21,
+    )
+    check_node(
+        helper.make_node("GroupNormalization", ["x", "s", "b"], ["y"], num_groups=2),
+        {"x": x, "s": c[:2], "b": cb[:2]},
+        *tol,
+        opset=18,
+    )
 
 
 def test_batch_norm_opset7_and_non_constant_params_vs_ort():
     c = vec(4)
-    check_node(helper.make_node("BatchNormalization", ["x", "s", "b", "m", "v"], ["y"]),
-               {"x": X4, "s": c, "b": c[::-1].copy(), "m": c * 0.1, "v": np.abs(c)}, opset=7)
+    check_node(
+        helper.make_node("BatchNormalization", ["x", "s", "b", "m", "v"], ["y"]),
+        {"x": X4, "s": c, "b": c[::-1].copy(), "m": c * 0.1, "v": np.abs(c)},
+        opset=7,
+    )
 
 
 def test_lp_and_mvn_vs_ort():
@@ -83,8 +101,12 @@ def test_lp_and_mvn_vs_ort():
     for p in (1, 2):
         check_node(helper.make_node("LpNormalization", ["x"], ["y"], axis=1, p=p), {"x": x})
     check_node(helper.make_node("MeanVarianceNormalization", ["x"], ["y"]), {"x": X4}, rtol=1e-4, atol=1e-5)
-    check_node(helper.make_node("MeanVarianceNormalization", ["x"], ["y"], axes=[1, 3]), {"x": X4},
-               rtol=1e-4, atol=1e-5)
+    check_node(
+        helper.make_node("MeanVarianceNormalization", ["x"], ["y"], axes=[1, 3]),
+        {"x": X4},
+        rtol=1e-4,
+        atol=1e-5,
+    )
 
 
 @pytest.mark.parametrize("dt", [np.float32, np.float16])
@@ -92,8 +114,13 @@ def test_contrib_activations_vs_ort(dt):
     tol = F16 if dt == np.float16 else (1e-5, 1e-5)
     x, b = X3.astype(dt), vec(8).astype(dt)
     ms = {"domain_opsets": MS}
-    for op, ins, attrs in (("Gelu", ["x"], {}), ("FastGelu", ["x"], {}), ("FastGelu", ["x", "b"], {}),
-                           ("BiasGelu", ["x", "b"], {}), ("QuickGelu", ["x"], {"alpha": 1.3})):
+    for op, ins, attrs in (
+        ("Gelu", ["x"], {}),
+        ("FastGelu", ["x"], {}),
+        ("FastGelu", ["x", "b"], {}),
+        ("BiasGelu", ["x", "b"], {}),
+        ("QuickGelu", ["x"], {"alpha": 1.3}),
+    ):
         node = helper.make_node(op, ins, ["y"], domain="com.microsoft", **attrs)
         check_node(node, {"x": x, "b": b} if "b" in ins else {"x": x}, *tol, **ms)
 
@@ -104,13 +131,22 @@ def test_contrib_layer_norms_vs_ort(dt):
     x, s = X3.astype(dt), (X3[::-1] * 2).astype(dt)
     g, b, bias = vec(8).astype(dt), vec(8).astype(dt), vec(8).astype(dt)
     ms = {"domain_opsets": MS}
-    node = helper.make_node("SkipLayerNormalization", ["x", "s", "g", "b", "bias"], ["y", "m", "i", "sum"],
-                            domain="com.microsoft", epsilon=1e-4)
+    node = helper.make_node(
+        "SkipLayerNormalization",
+        ["x", "s", "g", "b", "bias"],
+        ["y", "m", "i", "sum"],
+        domain="com.microsoft",
+        epsilon=1e-4,
+    )
     check_node(node, {"x": x, "s": s, "g": g, "b": b, "bias": bias}, *tol, **ms)
     node = helper.make_node("SkipLayerNormalization", ["x", "s", "g"], ["y"], domain="com.microsoft")
     check_node(node, {"x": x, "s": s, "g": g}, *tol, **ms)
-    node = helper.make_node("SkipSimplifiedLayerNormalization", ["x", "s", "g", "bias"],
-                            ["y", "", "i", "sum"], domain="com.microsoft")
+    node = helper.make_node(
+        "SkipSimplifiedLayerNormalization",
+        ["x", "s", "g", "bias"],
+        ["y", "", "i", "sum"],
+        domain="com.microsoft",
+    )
     check_node(node, {"x": x, "s": s, "g": g, "bias": bias}, *tol, **ms)
     node = helper.make_node("SimplifiedLayerNormalization", ["x", "g"], ["y", "i"], epsilon=1e-4)
     check_node(node, {"x": x, "g": g}, *tol, **ms)
@@ -127,6 +163,7 @@ def test_normalize_refusals():
     assert "stash_type" in refuses(node, {"x": X3, "g": vec(8)})
     node = helper.make_node("GroupNormalization", ["x", "s", "b"], ["y"], num_groups=3)
     assert "groups" in refuses(node, {"x": X4, "s": c, "b": c}, opset=21)
-    node = helper.make_node("SkipSimplifiedLayerNormalization", ["x", "s", "g"], ["y", "m"],
-                            domain="com.microsoft")
+    node = helper.make_node(
+        "SkipSimplifiedLayerNormalization", ["x", "s", "g"], ["y", "m"], domain="com.microsoft"
+    )
     assert "mean" in refuses(node, {"x": X3, "s": X3, "g": vec(8)}, domain_opsets=MS)

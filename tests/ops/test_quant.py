@@ -149,9 +149,12 @@ def test_qlinearmatmul_float16_scales_vs_ort(dtype):
         "b": RNG.integers(info.min, info.max, (24, 16)).astype(dtype),
     }
     inits = {
-        "as": np.array(0.031, np.float16), "az": np.array(3, dtype),
-        "bs": np.array(0.017, np.float16), "bz": np.array(-2 if dtype == np.int8 else 120, dtype),
-        "ys": np.array(0.9, np.float16), "yz": np.array(5, dtype),
+        "as": np.array(0.031, np.float16),
+        "az": np.array(3, dtype),
+        "bs": np.array(0.017, np.float16),
+        "bz": np.array(-2 if dtype == np.int8 else 120, dtype),
+        "ys": np.array(0.9, np.float16),
+        "yz": np.array(5, dtype),
     }
     node = helper.make_node("QLinearMatMul", ["a", "as", "az", "b", "bs", "bz", "ys", "yz"], ["y"])
     check_node(node, ins, opset=21, initializers=inits)

@@ -28,8 +28,9 @@ def test_reduce_ops_keep_axes_and_identities():
     np.testing.assert_array_equal(run_op("reduce_max", empty, axes=[1]), [[-np.inf], [-np.inf]])
     np.testing.assert_array_equal(run_op("reduce_prod", empty, axes=[1]), [[1], [1]])
     h = (X * 30).astype(np.float16)
-    np.testing.assert_array_equal(run_op("reduce_sum", h, axes=[2]),
-                                  h.astype(np.float32).sum(2, keepdims=True).astype(np.float16))
+    np.testing.assert_array_equal(
+        run_op("reduce_sum", h, axes=[2]), h.astype(np.float32).sum(2, keepdims=True).astype(np.float16)
+    )
 
 
 def test_arg_and_scan_ops():
@@ -56,8 +57,11 @@ def test_reduce_axes_input_vs_ort(op, keepdims):
 @pytest.mark.parametrize("op", SIMPLE + COMPOSITE)
 def test_reduce_axes_attribute_and_defaults_vs_ort(op):
     x = np.abs(X) + 0.5 if op == "ReduceLogSum" else X
-    check_node(helper.make_node(op, ["x"], ["y"], axes=[1], keepdims=0), {"x": x},
-               opset=11 if op == "ReduceSum" else 13)
+    check_node(
+        helper.make_node(op, ["x"], ["y"], axes=[1], keepdims=0),
+        {"x": x},
+        opset=11 if op == "ReduceSum" else 13,
+    )
     check_node(helper.make_node(op, ["x"], ["y"]), {"x": x}, opset=18)  # all axes
     check_node(helper.make_node(op, ["x"], ["y"], noop_with_empty_axes=1), {"x": x}, opset=18)
 
@@ -66,14 +70,23 @@ def test_reduce_axes_attribute_and_defaults_vs_ort(op):
 @pytest.mark.parametrize("dt", [np.int32, np.int64])
 def test_reduce_integers_vs_ort(op, dt):
     x = (XI % 4 + 1).astype(dt) if op == "ReduceProd" else XI.astype(dt)
-    check_node(helper.make_node(op, ["x", "axes"], ["y"], keepdims=0), {"x": x}, opset=18,
-               initializers={"axes": np.array([1], np.int64)})
+    check_node(
+        helper.make_node(op, ["x", "axes"], ["y"], keepdims=0),
+        {"x": x},
+        opset=18,
+        initializers={"axes": np.array([1], np.int64)},
+    )
 
 
 def test_reduce_sum_float16_vs_ort():
     h = X.astype(np.float16)
-    check_node(helper.make_node("ReduceSum", ["x", "axes"], ["y"]), {"x": h}, rtol=1e-3, atol=1e-3,
-               initializers={"axes": np.array([2], np.int64)})
+    check_node(
+        helper.make_node("ReduceSum", ["x", "axes"], ["y"]),
+        {"x": h},
+        rtol=1e-3,
+        atol=1e-3,
+        initializers={"axes": np.array([2], np.int64)},
+    )
 
 
 @pytest.mark.parametrize("op", ["ArgMax", "ArgMin"])

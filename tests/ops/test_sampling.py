@@ -63,7 +63,7 @@ def test_grid_sample_4d_vs_ort(mode, align, pad):
     if mode == "cubic" and pad == "border":
         pytest.skip("refused: ORT and ONNX disagree")
     x = rand(2, 3, 5, 4)
-    grid = (RNG.random((2, 4, 6, 2)).astype(np.float32) * 3.2 - 1.6)  # some points outside [-1, 1]
+    grid = RNG.random((2, 4, 6, 2)).astype(np.float32) * 3.2 - 1.6  # some points outside [-1, 1]
     node = helper.make_node("GridSample", ["x", "g"], ["y"], mode=mode, padding_mode=pad, align_corners=align)
     check_node(node, {"x": x, "g": grid}, opset=20, rtol=1e-4, atol=1e-5)
 
@@ -101,8 +101,9 @@ def test_grid_sample_identity_vs_numpy():
 
 def test_grid_sample_cubic_border_refused():
     ins = {"x": rand(1, 1, 3, 3), "g": rand(1, 2, 2, 2)}
-    m = make_model(helper.make_node("GridSample", ["x", "g"], ["y"], mode="cubic", padding_mode="border"),
-                   ins, opset=20)
+    m = make_model(
+        helper.make_node("GridSample", ["x", "g"], ["y"], mode="cubic", padding_mode="border"), ins, opset=20
+    )
     with pytest.raises(ParseError, match="disagree"):
         run_ours(m, ins)
 
@@ -126,14 +127,26 @@ def rois(r: int, h: int, w: int, cols: int = 4) -> np.ndarray:
 @pytest.mark.parametrize("ratio", [0, 2])
 def test_roi_align_vs_ort(mode, ctm, ratio):
     ins = {"x": rand(2, 3, 10, 9), "rois": rois(4, 10, 9), "b": np.array([0, 1, 1, 0], np.int64)}
-    node = helper.make_node("RoiAlign", list(ins), ["y"], mode=mode, coordinate_transformation_mode=ctm,
-                            output_height=3, output_width=2, sampling_ratio=ratio, spatial_scale=0.8)
+    node = helper.make_node(
+        "RoiAlign",
+        list(ins),
+        ["y"],
+        mode=mode,
+        coordinate_transformation_mode=ctm,
+        output_height=3,
+        output_width=2,
+        sampling_ratio=ratio,
+        spatial_scale=0.8,
+    )
     check_node(node, ins, opset=16, rtol=1e-4, atol=1e-5)
 
 
 def test_roi_align_opset10_double_vs_ort():
-    ins = {"x": rand(1, 2, 8, 8, dtype=np.float64), "rois": rois(3, 8, 8).astype(np.float64),
-           "b": np.zeros(3, np.int64)}
+    ins = {
+        "x": rand(1, 2, 8, 8, dtype=np.float64),
+        "rois": rois(3, 8, 8).astype(np.float64),
+        "b": np.zeros(3, np.int64),
+    }
     node = helper.make_node("RoiAlign", list(ins), ["y"], output_height=2, output_width=3)
     check_node(node, ins, opset=10, rtol=1e-9, atol=1e-9)
 

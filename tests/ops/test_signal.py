@@ -97,8 +97,13 @@ def test_dft_vs_ort(name, dims, attrs, length, axis, opset):
 
 def test_dft_double_and_half():
     for dt, tol in ((np.float64, 1e-12), (np.float16, 2e-2)):
-        check_node(helper.make_node("DFT", ["x"], ["y"], axis=1), {"x": rand(1, 8, 2, 2, dtype=dt)},
-                   opset=17, rtol=tol, atol=tol)
+        check_node(
+            helper.make_node("DFT", ["x"], ["y"], axis=1),
+            {"x": rand(1, 8, 2, 2, dtype=dt)},
+            opset=17,
+            rtol=tol,
+            atol=tol,
+        )
 
 
 def test_dft_vs_numpy():

@@ -57,8 +57,12 @@ def same_bits(a: np.ndarray, b: np.ndarray) -> bool:
     return bool(np.array_equal(na, nb)) and a[~na].tobytes() == b[~nb].tobytes()
 
 
-def check_pass(p: Pass | list[Pass], build: Callable[[], Module],
-               expected: Callable[[], Module] | None = None, seeds: tuple[int, ...] = (0, 1)) -> Module:
+def check_pass(
+    p: Pass | list[Pass],
+    build: Callable[[], Module],
+    expected: Callable[[], Module] | None = None,
+    seeds: tuple[int, ...] = (0, 1),
+) -> Module:
     """Build, run twice, compare with ``expected()`` structurally and with the original bit for bit."""
     m = build()
     run_twice(p, m)

@@ -36,6 +36,7 @@ def test_duplicates_merge_transitively():
         a = b("add", x, y)
         n = b("neg", a)
         return b.ret(b("mul", n, n), b("exp", a))
+
     check_pass(CSE, build, expected)
 
 
@@ -43,8 +44,13 @@ def test_operand_order_and_attributes_matter():
     def build():
         b = Build()
         x, y = b.param("x", LENS), b.param("y", LENS)
-        return b.ret(b("sub", x, y), b("sub", y, x), b("transpose", x, permutation=[1, 0]),
-                     b("reshape", x, dims=[3, 2]))
+        return b.ret(
+            b("sub", x, y),
+            b("sub", y, x),
+            b("transpose", x, permutation=[1, 0]),
+            b("reshape", x, dims=[3, 2]),
+        )
+
     check_pass(CSE, build, build)
 
 
@@ -63,8 +69,13 @@ def test_equal_literals_merge_by_bytes_not_value():
         c = [b.lit(v) for v in ([1.0, 2.0, 3.0], [1.0, 2.0, -0.0], [1.0, 2.0, 0.0])]
         ci = b.lit([1, 2, 3], np.int32)
         a = b("add", x, b("multibroadcast", c[0], out_lens=LENS))
-        return b.ret(a, a, b("add", x, b("multibroadcast", c[1], out_lens=LENS)),
-                     b("add", x, b("multibroadcast", c[2], out_lens=LENS)), ci)
+        return b.ret(
+            a,
+            a,
+            b("add", x, b("multibroadcast", c[1], out_lens=LENS)),
+            b("add", x, b("multibroadcast", c[2], out_lens=LENS)),
+            ci,
+        )
 
     m = check_pass(CSE, build)
     outs = m.get_return().inputs
@@ -79,6 +90,7 @@ def test_nondeterministic_and_params_not_merged():
         x = b.param("x", LENS)
         b.param("x2", LENS)
         return b.ret(b("test_cse_random", x), b("test_cse_random", x))
+
     m = build()
     assert not eliminate_common_subexpression(m)
     assert sum(ins.name == "test_cse_random" for ins in m) == 2
@@ -89,6 +101,7 @@ def test_mixed_int_float_literals_same_bytes_differ():
     def build():
         b = Build()
         return b.ret(b.lit([0, 0], np.int32), b.lit([0, 0], np.float32), b.lit([0, 0], np.int32))
+
     m = build()
     assert eliminate_common_subexpression(m)
     DCE.apply(m)

@@ -23,6 +23,7 @@ def test_identities_removed():
         b = Build()
         x = b.param("x", LENS, np.int32)
         return b.ret(b("neg", x), x)
+
     check_pass(EI, build, expected)
 
 
@@ -33,6 +34,7 @@ def test_identity_of_a_view_feeding_a_view_stays():
         x = b.param("x", LENS)
         i = b("identity", b("transpose", x, permutation=[1, 0]))
         return b.ret(b("transpose", i, permutation=[1, 0]), b("exp", i))
+
     m = build()
     assert eliminate_identity(m)  # exp can read the view directly
     m.validate()

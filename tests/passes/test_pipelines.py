@@ -30,24 +30,57 @@ N = helper.make_node
 I32 = TensorProto.INT32
 GRAPHS = {
     # x*1 with the constant from an initializer; Identity; transposes that cancel; double negation
-    "algebra": (_model(
-        [N("Mul", ["x", "one"], ["a"]), N("Identity", ["a"], ["b"]),
-         N("Transpose", ["b"], ["c"], perm=[1, 0]), N("Transpose", ["c"], ["d"], perm=[1, 0]),
-         N("Neg", ["d"], ["e"]), N("Neg", ["e"], ["y"])],
-        [_vi("x", [3, 4])], [_vi("y", [3, 4])], [("one", np.array(1, np.float32))]), 2),
+    "algebra": (
+        _model(
+            [
+                N("Mul", ["x", "one"], ["a"]),
+                N("Identity", ["a"], ["b"]),
+                N("Transpose", ["b"], ["c"], perm=[1, 0]),
+                N("Transpose", ["c"], ["d"], perm=[1, 0]),
+                N("Neg", ["d"], ["e"]),
+                N("Neg", ["e"], ["y"]),
+            ],
+            [_vi("x", [3, 4])],
+            [_vi("y", [3, 4])],
+            [("one", np.array(1, np.float32))],
+        ),
+        2,
+    ),
     # a constant subgraph folded to one literal, and duplicated work for CSE
-    "constants": (_model(
-        [N("Transpose", ["w"], ["wt"], perm=[1, 0]), N("Neg", ["wt"], ["nw"]),
-         N("Transpose", ["nw"], ["w2"], perm=[1, 0]), N("Add", ["x", "w2"], ["s1"]),
-         N("Add", ["x", "w2"], ["s2"]), N("Mul", ["s1", "s2"], ["y"])],
-        [_vi("x", [3, 4])], [_vi("y", [3, 4])], [("w", W)]), 5),
+    "constants": (
+        _model(
+            [
+                N("Transpose", ["w"], ["wt"], perm=[1, 0]),
+                N("Neg", ["wt"], ["nw"]),
+                N("Transpose", ["nw"], ["w2"], perm=[1, 0]),
+                N("Add", ["x", "w2"], ["s1"]),
+                N("Add", ["x", "w2"], ["s2"]),
+                N("Mul", ["s1", "s2"], ["y"]),
+            ],
+            [_vi("x", [3, 4])],
+            [_vi("y", [3, 4])],
+            [("w", W)],
+        ),
+        5,
+    ),
     # a reshape chain, and an integer x + 0
-    "reshapes": (_model(
-        [N("Reshape", ["x", "s1"], ["r1"]), N("Reshape", ["r1", "s2"], ["r2"]),
-         N("Add", ["r2", "zero"], ["y"])],
-        [_vi("x", [2, 6], I32)], [_vi("y", [3, 4], I32)],
-        [("s1", np.array([12], np.int64)), ("s2", np.array([3, 4], np.int64)),
-         ("zero", np.zeros([1], np.int32))]), 3),
+    "reshapes": (
+        _model(
+            [
+                N("Reshape", ["x", "s1"], ["r1"]),
+                N("Reshape", ["r1", "s2"], ["r2"]),
+                N("Add", ["r2", "zero"], ["y"]),
+            ],
+            [_vi("x", [2, 6], I32)],
+            [_vi("y", [3, 4], I32)],
+            [
+                ("s1", np.array([12], np.int64)),
+                ("s2", np.array([3, 4], np.int64)),
+                ("zero", np.zeros([1], np.int32)),
+            ],
+        ),
+        3,
+    ),
 }
 
 

@@ -43,6 +43,7 @@ def test_constant_chain_folds_to_one_literal():
         b = Build()
         x = b.param("x", LENS)
         return b.ret(b("mul", x, b.lit(np.exp(-(A + B)))))
+
     check_pass(PC, build, expected)
 
 
@@ -57,6 +58,7 @@ def test_broadcast_of_scalar_is_not_materialised_but_its_input_folds():
         b = Build()
         x = b.param("x", LENS)
         return b.ret(b("mul", x, b("multibroadcast", b.lit([-1.5]), out_lens=LENS)))
+
     check_pass(PC, build, expected)
 
 
@@ -66,6 +68,7 @@ def _big(n: int):
         x = b.param("x", [n])
         big = b("contiguous", b("multibroadcast", b.lit([2.0]), out_lens=[n]))
         return b.ret(b("add", x, b("exp", big)))
+
     return build
 
 
@@ -79,6 +82,7 @@ def test_small_result_folds():
         b = Build()
         x = b.param("x", [1000])
         return b.ret(b("add", x, b.lit(np.exp(np.full(1000, 2.0, np.float32)))))
+
     check_pass(PC, _big(1000), expected)
 
 
@@ -113,6 +117,7 @@ def test_return_of_constant_keeps_output_layout():
         a = b.lit(A)
         s = b.lit(A + B)
         return b.ret(b("transpose", a, permutation=[1, 0]), s)
+
     check_pass(PC, build, expected)
 
 
@@ -142,6 +147,7 @@ def test_params_and_unevaluable_ops_are_not_folded():
         a = b.lit(A)
         dev = b("test_pc_no_reference", a)
         return b.ret(b("add", x, b.lit(-B)), dev)
+
     m = build()
     run = [PROPAGATE_CONSTANT, DCE]
     for p in run:
@@ -162,6 +168,7 @@ def test_integer_and_convert_chain():
         b = Build()
         x = b.param("x", LENS, np.int64)
         return b.ret(b("add", x, b.lit((A * B).astype(np.int64), np.int64)))
+
     check_pass(PC, build, expected)
 
 
@@ -199,4 +206,5 @@ def test_tuple_results_fold_through_get_tuple_elem():
         x = b.param("x", [2, 2])
         tk = b("topk", b.lit(A), k=2, axis=1, largest=True)
         return b.ret(b("add", x, b.lit(-np.sort(-A, axis=1)[:, :2])), tk)
+
     check_pass(PC, build, expected)

@@ -21,6 +21,7 @@ def _const_op(name: str, value: float, dtype: type, swap: bool = False, pattern_
         x = b.param("x", LENS, dtype)
         c = b("multibroadcast", b.lit(value, dtype), out_lens=LENS)
         return b.ret(b(name, c, x) if swap else b(name, x, c))
+
     return build
 
 
@@ -28,6 +29,7 @@ def _just_x(dtype: type):
     def build():
         b = Build()
         return b.ret(b.param("x", LENS, dtype))
+
     return build
 
 
@@ -75,6 +77,7 @@ def test_double_negation(dtype):  # -(-x) -> x (also INT_MIN)
         b = Build()
         x = b.param("x", LENS, dtype)
         return b.ret(b("neg", b("neg", x)))
+
     check_pass(ALG, build, _just_x(dtype))
 
 
@@ -88,6 +91,7 @@ def test_add_neg_is_sub_and_sub_neg_is_add():
         b = Build()
         x, y = b.param("x", LENS), b.param("y", LENS)
         return b.ret(b("sub", x, y), b("add", x, y))
+
     check_pass(ALG, build, expected)
 
 
@@ -99,6 +103,7 @@ def test_relu_relu():  # relu(relu(x)) -> relu(x)
     def expected():
         b = Build()
         return b.ret(b("relu", b.param("x", LENS)))
+
     check_pass(ALG, build, expected)
 
 
@@ -106,22 +111,26 @@ def test_convert_to_same_type():
     def build():
         b = Build()
         return b.ret(b("convert", b.param("x", LENS), target_type=DType.float_type))
+
     check_pass(ALG, build, _just_x(np.float32))
 
 
-@pytest.mark.parametrize("src,mid,dst,folds", [
-    (np.float16, DType.float_type, DType.double_type, True),  # f16 -> f32 exact
-    (np.int8, DType.int32_type, DType.float_type, True),
-    (np.float32, DType.double_type, DType.half_type, True),  # one rounding either way
-    (np.float32, DType.half_type, DType.double_type, False),  # f32 -> f16 loses bits
-    (np.float32, DType.double_type, DType.int32_type, False),  # float -> int: NaN/inf casts not promised
-    (np.int32, DType.float_type, DType.int64_type, False),  # int32 doesn't fit float's 24 bits
-    (np.bool_, DType.int8_type, DType.float_type, True),
-    (np.bool_, DType.half_type, DType.int32_type, True),  # 0/1 survive any route
-    (np.int32, DType.double_type, DType.int8_type, False),  # 300.0 -> int8 is not 300 wrapped
-    (np.uint8, DType.int16_type, DType.int8_type, True),  # integer narrowing wraps either way
-    (np.int8, DType.float_type, DType.bool_type, True),
-])
+@pytest.mark.parametrize(
+    "src,mid,dst,folds",
+    [
+        (np.float16, DType.float_type, DType.double_type, True),  # f16 -> f32 exact
+        (np.int8, DType.int32_type, DType.float_type, True),
+        (np.float32, DType.double_type, DType.half_type, True),  # one rounding either way
+        (np.float32, DType.half_type, DType.double_type, False),  # f32 -> f16 loses bits
+        (np.float32, DType.double_type, DType.int32_type, False),  # float -> int: NaN/inf casts not promised
+        (np.int32, DType.float_type, DType.int64_type, False),  # int32 doesn't fit float's 24 bits
+        (np.bool_, DType.int8_type, DType.float_type, True),
+        (np.bool_, DType.half_type, DType.int32_type, True),  # 0/1 survive any route
+        (np.int32, DType.double_type, DType.int8_type, False),  # 300.0 -> int8 is not 300 wrapped
+        (np.uint8, DType.int16_type, DType.int8_type, True),  # integer narrowing wraps either way
+        (np.int8, DType.float_type, DType.bool_type, True),
+    ],
+)
 def test_convert_chain(src, mid, dst, folds):
     def build():
         b = Build()
@@ -131,6 +140,7 @@ def test_convert_chain(src, mid, dst, folds):
     def expected():
         b = Build()
         return b.ret(b("convert", b.param("x", LENS, src), target_type=dst))
+
     check_pass(ALG, build, expected if folds else build)
 
 
@@ -139,6 +149,7 @@ def test_convert_round_trip_widening_removed():  # f16 -> f32 -> f16 is x
         b = Build()
         x = b.param("x", LENS, np.float16)
         return b.ret(b("convert", b("convert", x, target_type=DType.float_type), target_type=DType.half_type))
+
     check_pass(ALG, build, _just_x(np.float16))
 
 
@@ -156,6 +167,7 @@ def _reassoc(name: str, dtype: type):
         a = b.param("a", LENS, dtype)
         c = b.lit(fn(np.asarray(3, dtype), np.asarray([5, 7, 9, 11], dtype)), dtype)
         return b.ret(b(name, a, b("multibroadcast", c, out_lens=LENS)))
+
     return build, expected
 
 
@@ -187,4 +199,5 @@ def test_rules_compose_to_fixpoint():  # -(-(x*1)) + -y -> x - y in one pass
         b = Build()
         x, y = b.param("x", LENS), b.param("y", LENS)
         return b.ret(b("sub", x, y))
+
     check_pass(ALG, build, expected)

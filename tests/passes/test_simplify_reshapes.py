@@ -15,6 +15,7 @@ def _only(lens, dtype=np.float32):
     def build():
         b = Build()
         return b.ret(b.param("x", lens, dtype))
+
     return build
 
 
@@ -23,6 +24,7 @@ def test_transpose_pair_cancels():  # transpose(transpose(x)) with inverse perms
         b = Build()
         x = b.param("x", [2, 3, 4])
         return b.ret(b("transpose", b("transpose", x, permutation=[2, 0, 1]), permutation=[1, 2, 0]))
+
     check_pass(SR, build, _only([2, 3, 4]))
 
 
@@ -37,6 +39,7 @@ def test_transpose_pair_composes():
         b = Build()
         x = b.param("x", [2, 3, 4])
         return b.ret(b("contiguous", b("transpose", x, permutation=[2, 1, 0])))
+
     check_pass(SR, build, expected)
 
 
@@ -46,6 +49,7 @@ def test_identity_transpose_and_same_lens_broadcast():
         x = b.param("x", [2, 3], np.int64)
         t = b("transpose", x, permutation=[0, 1])
         return b.ret(b("multibroadcast", t, out_lens=[2, 3]))
+
     check_pass(SR, build, _only([2, 3], np.int64))
 
 
@@ -60,6 +64,7 @@ def test_reshape_chain_becomes_one_reshape():
         b = Build()
         x = b.param("x", [2, 3, 4])
         return b.ret(b("reshape", x, dims=[24]))
+
     check_pass(SR, build, expected)
 
 
@@ -67,13 +72,16 @@ def test_squeeze_unsqueeze_cancel():
     def build():
         b = Build()
         x = b.param("x", [2, 1, 3])
-        return b.ret(b("unsqueeze", b("squeeze", x, axes=[1]), axes=[1]),
-                     b("squeeze", b("unsqueeze", x, axes=[0, 3]), axes=[0, 3]))
+        return b.ret(
+            b("unsqueeze", b("squeeze", x, axes=[1]), axes=[1]),
+            b("squeeze", b("unsqueeze", x, axes=[0, 3]), axes=[0, 3]),
+        )
 
     def expected():
         b = Build()
         x = b.param("x", [2, 1, 3])
         return b.ret(x, x)
+
     check_pass(SR, build, expected)
 
 
@@ -92,6 +100,7 @@ def test_reshape_of_transposed_input_keeps_its_copy():
         x = b.param("x", [3, 1, 2])
         t = b("transpose", x, permutation=[2, 1, 0])
         return b.ret(b("unsqueeze", b("squeeze", t, axes=[1]), axes=[0]), b("reshape", t, dims=[6]))
+
     check_pass(SR, build, expected)
 
 
@@ -106,6 +115,7 @@ def test_contiguous_of_standard_removed_but_not_of_transposed():
         b = Build()
         x = b.param("x", [2, 3])
         return b.ret(x, b("contiguous", b("transpose", x, permutation=[1, 0])))
+
     check_pass(SR, build, expected)
 
 
@@ -120,6 +130,7 @@ def test_multibroadcast_pair():
         b = Build()
         x = b.param("x", [3, 1])
         return b.ret(b("contiguous", b("multibroadcast", x, out_lens=[2, 3, 4])))
+
     check_pass(SR, build, expected)
 
 
@@ -136,6 +147,7 @@ def test_full_slice_removed_partial_kept():
         x = b.param("x", [4, 3])
         part = b("slice", x, axes=[0], starts=[1], ends=[3])
         return b.ret(b("neg", x), b("neg", part))
+
     check_pass(SR, build, expected)
 
 

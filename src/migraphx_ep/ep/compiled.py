@@ -17,6 +17,7 @@ from ..frontend.parser import ParseNeedsValue, parse_graph, probe_dims
 from ..ir.dtypes import DType, from_onnx, to_numpy
 from ..ir.program import Program
 from ..ir.shape import Shape
+from .cache import ProgramStore, graph_fingerprint, program_key
 from .options import EpOptions
 
 log = logging.getLogger("migraphx_ep")
@@ -35,12 +36,23 @@ def _owned(graph: dict) -> dict:
 
 
 class CompiledSubgraph:
-    def __init__(self, graph: dict, name: str, options: EpOptions,
-                 compile_program: Callable[[Program, EpOptions], None]) -> None:
+    def __init__(
+        self,
+        graph: dict,
+        name: str,
+        options: EpOptions,
+        compile_program: Callable[[Program, EpOptions], None],
+        store: ProgramStore | None = None,
+        target: str = "ref",
+    ) -> None:
         self.name = name
         self.options = options
         self.graph = _owned(graph)
         self._compile_program = compile_program
+        self.store = store
+        self.target = target
+        self.loads = 0  # programs taken from .mxr files instead of compiling
+        self._fingerprint: str | None = None
         values = graph.get("values", {})
         self.input_names: list[str] = list(graph["inputs"])
         self.output_names: list[str] = list(graph["outputs"])
@@ -66,9 +78,20 @@ class CompiledSubgraph:
     def _build(self, key: ShapeKey, values: dict[str, np.ndarray] | None = None) -> Program:
         dims = key[: len(self.input_names)]
         shapes = {n: Shape(t, d) for n, t, d in zip(self.input_names, self.input_types, dims, strict=True)}
+        pkey = None
+        if self.store is not None and self.store.enabled:
+            if self._fingerprint is None:
+                self._fingerprint = graph_fingerprint(self.graph)
+            pkey = program_key(self._fingerprint, dims, values, self.options, self.target)
+            loaded = self.store.lookup(pkey, self.name)
+            if loaded is not None:
+                self.loads += 1
+                return loaded
         prog = parse_graph(self.graph, shapes, specialize=True, input_values=values).program
         self._compile_program(prog, self.options)
         self.compiles += 1
+        if pkey is not None:
+            self.store.store(pkey, prog, self.name)  # type: ignore[union-attr]
         return prog
 
     def program_for(self, key: ShapeKey, values: dict[str, np.ndarray] | None = None) -> Program:
@@ -79,15 +102,22 @@ class CompiledSubgraph:
                 return prog
             if values and self.compiles >= self.options.max_compiled_models and not self._warned_values:
                 self._warned_values = True
-                log.warning("%s: input(s) %s change value between runs and each new value compiles a new "
-                            "program; make them constants (initializers) to avoid recompiling", self.name,
-                            sorted(values))
+                log.warning(
+                    "%s: input(s) %s change value between runs and each new value compiles a new "
+                    "program; make them constants (initializers) to avoid recompiling",
+                    self.name,
+                    sorted(values),
+                )
             prog = self._build(key, values)
             self.programs[key] = prog
             while len(self.programs) > self.options.max_compiled_models:
                 evicted, _ = self.programs.popitem(last=False)
-                log.info("%s: evicted compiled program for input dims %s (max_compiled_models=%d)",
-                         self.name, evicted, self.options.max_compiled_models)
+                log.info(
+                    "%s: evicted compiled program for input dims %s (max_compiled_models=%d)",
+                    self.name,
+                    evicted,
+                    self.options.max_compiled_models,
+                )
             return prog
 
     def _precompile_batches(self) -> None:
@@ -103,8 +133,10 @@ class CompiledSubgraph:
             return
         b = 1
         while b <= limit:
-            key = tuple(tuple([b if not isinstance(d[0], int) else d[0], *d[1:]])  # type: ignore[index]
-                        for d in self.input_dims)
+            key = tuple(
+                tuple([b if not isinstance(d[0], int) else d[0], *d[1:]])  # type: ignore[index]
+                for d in self.input_dims
+            )
             self.program_for(key)  # type: ignore[arg-type]
             b *= 2
 
@@ -112,9 +144,13 @@ class CompiledSubgraph:
     def check_inputs(self, inputs: list[np.ndarray]) -> ShapeKey:
         if len(inputs) != len(self.input_names):
             raise InputError(f"{self.name}: expected {len(self.input_names)} inputs, got {len(inputs)}")
-        for name, t, dims, arr in zip(self.input_names, self.input_types, self.input_dims, inputs, strict=True):
+        for name, t, dims, arr in zip(
+            self.input_names, self.input_types, self.input_dims, inputs, strict=True
+        ):
             if arr.dtype != to_numpy(t):
-                raise InputError(f"{self.name}: input {name!r} has element type {arr.dtype}, expected {to_numpy(t)}")
+                raise InputError(
+                    f"{self.name}: input {name!r} has element type {arr.dtype}, expected {to_numpy(t)}"
+                )
             if dims is not None:
                 if len(dims) != arr.ndim:
                     raise InputError(f"{self.name}: input {name!r} has rank {arr.ndim}, expected {len(dims)}")
@@ -137,7 +173,9 @@ class CompiledSubgraph:
             except ParseNeedsValue as e:
                 # A parser stops at the first input it needs by value (Slice: starts, then ends):
                 # learn the next one now that real values are at hand, and specialise on it too.
-                new = [i for i, n in enumerate(self.input_names) if n in e.names and i not in self.value_inputs]
+                new = [
+                    i for i, n in enumerate(self.input_names) if n in e.names and i not in self.value_inputs
+                ]
                 if not new:
                     raise
                 with self._lock:

@@ -38,6 +38,7 @@ def _int(minimum: int = 0) -> Callable[[str, str], int]:
         if n < minimum:
             raise OptionError(f"{key}={v!r}: must be >= {minimum}")
         return n
+
     return parse
 
 
@@ -64,8 +65,12 @@ def _address(key: str, v: str) -> int:
 
 def _arena(key: str, v: str) -> str:
     s = str(v).strip()
-    table = {"0": "kNextPowerOfTwo", "1": "kSameAsRequested",
-             "knextpoweroftwo": "kNextPowerOfTwo", "ksameasrequested": "kSameAsRequested"}
+    table = {
+        "0": "kNextPowerOfTwo",
+        "1": "kSameAsRequested",
+        "knextpoweroftwo": "kNextPowerOfTwo",
+        "ksameasrequested": "kSameAsRequested",
+    }
     if s.lower() not in table:
         raise OptionError(f"{key}={v!r}: expected kNextPowerOfTwo or kSameAsRequested (or 0/1)")
     return table[s.lower()]
@@ -89,38 +94,114 @@ class Spec:
 
 
 SPECS: list[Spec] = [
-    Spec("device_id", _int(0), "device_id", None, "working", "validated; selects the GPU once the gpu target exists"),
+    Spec(
+        "device_id",
+        _int(0),
+        "device_id",
+        None,
+        "working",
+        "validated; selects the GPU once the gpu target exists",
+    ),
     Spec("fp16_enable", _bool, "migraphx_fp16_enable", "ORT_MIGRAPHX_FP16_ENABLE", "working"),
     Spec("bf16_enable", _bool, "migraphx_bf16_enable", "ORT_MIGRAPHX_BF16_ENABLE", "working"),
     Spec("fp8_enable", _bool, "migraphx_fp8_enable", "ORT_MIGRAPHX_FP8_ENABLE", "not yet"),
     Spec("int8_enable", _bool, "migraphx_int8_enable", "ORT_MIGRAPHX_INT8_ENABLE", "not yet"),
-    Spec("int8_calibration_table_name", _path, "migraphx_int8_calibration_table_name",
-         "ORT_MIGRAPHX_INT8_CALIBRATION_TABLE_NAME", "not yet"),
-    Spec("int8_use_native_calibration_table", _bool, "migraphx_int8_use_native_calibration_table",
-         "ORT_MIGRAPHX_INT8_USE_NATIVE_CALIBRATION_TABLE", "not yet"),
-    Spec("save_compiled_model", _bool, "migraphx_save_compiled_model", "ORT_MIGRAPHX_SAVE_COMPILED_MODEL", "working"),
-    Spec("save_compiled_path", _path, "migraphx_save_compiled_path", "ORT_MIGRAPHX_SAVE_COMPILED_PATH", "working"),
-    Spec("load_compiled_model", _bool, "migraphx_load_compiled_model", "ORT_MIGRAPHX_LOAD_COMPILED_MODEL", "working"),
-    Spec("load_compiled_path", _path, "migraphx_load_compiled_path", "ORT_MIGRAPHX_LOAD_COMPILED_PATH", "working"),
-    Spec("exhaustive_tune", _bool, "migraphx_exhaustive_tune", "ORT_MIGRAPHX_EXHAUSTIVE_TUNE", "not yet",
-         "nothing to tune on the ref target"),
+    Spec(
+        "int8_calibration_table_name",
+        _path,
+        "migraphx_int8_calibration_table_name",
+        "ORT_MIGRAPHX_INT8_CALIBRATION_TABLE_NAME",
+        "not yet",
+    ),
+    Spec(
+        "int8_use_native_calibration_table",
+        _bool,
+        "migraphx_int8_use_native_calibration_table",
+        "ORT_MIGRAPHX_INT8_USE_NATIVE_CALIBRATION_TABLE",
+        "not yet",
+    ),
+    Spec(
+        "save_compiled_model",
+        _bool,
+        "migraphx_save_compiled_model",
+        "ORT_MIGRAPHX_SAVE_COMPILED_MODEL",
+        "working",
+    ),
+    Spec(
+        "save_compiled_path",
+        _path,
+        "migraphx_save_compiled_path",
+        "ORT_MIGRAPHX_SAVE_COMPILED_PATH",
+        "working",
+    ),
+    Spec(
+        "load_compiled_model",
+        _bool,
+        "migraphx_load_compiled_model",
+        "ORT_MIGRAPHX_LOAD_COMPILED_MODEL",
+        "working",
+    ),
+    Spec(
+        "load_compiled_path",
+        _path,
+        "migraphx_load_compiled_path",
+        "ORT_MIGRAPHX_LOAD_COMPILED_PATH",
+        "working",
+    ),
+    Spec(
+        "exhaustive_tune",
+        _bool,
+        "migraphx_exhaustive_tune",
+        "ORT_MIGRAPHX_EXHAUSTIVE_TUNE",
+        "not yet",
+        "nothing to tune on the ref target",
+    ),
     Spec("mem_limit", _int(0), "migraphx_mem_limit", None, "not yet", "no device arena yet"),
-    Spec("arena_extend_strategy", _arena, "migraphx_arena_extend_strategy", None, "not yet", "no device arena yet"),
+    Spec(
+        "arena_extend_strategy",
+        _arena,
+        "migraphx_arena_extend_strategy",
+        None,
+        "not yet",
+        "no device arena yet",
+    ),
     Spec("external_alloc", _address, "migraphx_external_alloc", None, "not yet", "no device allocator yet"),
     Spec("external_free", _address, "migraphx_external_free", None, "not yet", "no device allocator yet"),
-    Spec("external_empty_cache", _address, "migraphx_external_empty_cache", None, "not yet",
-         "no device allocator yet"),
+    Spec(
+        "external_empty_cache",
+        _address,
+        "migraphx_external_empty_cache",
+        None,
+        "not yet",
+        "no device allocator yet",
+    ),
     Spec("model_cache_dir", _path, "migraphx_model_cache_dir", "ORT_MIGRAPHX_MODEL_CACHE_PATH", "working"),
-    Spec("max_dynamic_batch", _int(0), "migraphx_max_dynamic_batch", "ORT_MIGRAPHX_MAX_DYNAMIC_BATCH", "working"),
-    Spec("max_compiled_models", _int(1), "migraphx_max_compiled_models", "ORT_MIGRAPHX_MAX_COMPILED_MODELS", "working"),
+    Spec(
+        "max_dynamic_batch",
+        _int(0),
+        "migraphx_max_dynamic_batch",
+        "ORT_MIGRAPHX_MAX_DYNAMIC_BATCH",
+        "working",
+    ),
+    Spec(
+        "max_compiled_models",
+        _int(1),
+        "migraphx_max_compiled_models",
+        "ORT_MIGRAPHX_MAX_COMPILED_MODELS",
+        "working",
+    ),
     Spec("target", _target, "migraphx_target", "ORT_MIGRAPHX_TARGET", "working"),
     Spec("dump_model_ops", _bool, None, "ORT_MIGRAPHX_DUMP_MODEL_OPS", "working"),
 ]
 
 # ORT-GenAI passes these short names (seed 002); the legacy cache variable is an alias.
-ALIASES = {"fp16_enable": "migraphx_fp16_enable", "int8_enable": "migraphx_int8_enable",
-           "exhaustive_tune": "migraphx_exhaustive_tune", "bf16_enable": "migraphx_bf16_enable",
-           "fp8_enable": "migraphx_fp8_enable"}
+ALIASES = {
+    "fp16_enable": "migraphx_fp16_enable",
+    "int8_enable": "migraphx_int8_enable",
+    "exhaustive_tune": "migraphx_exhaustive_tune",
+    "bf16_enable": "migraphx_bf16_enable",
+    "fp8_enable": "migraphx_fp8_enable",
+}
 LEGACY_ENV = {"ORT_MIGRAPHX_CACHE_PATH": "ORT_MIGRAPHX_MODEL_CACHE_PATH"}
 _BY_KEY = {s.key: s for s in SPECS if s.key}
 _BY_ENV = {s.env: s for s in SPECS if s.env}
@@ -154,8 +235,14 @@ class EpOptions:
 
     def compile_key(self) -> dict[str, Any]:
         """The options that change what a compiled program computes (part of every cache key)."""
-        return {"fp16": self.fp16_enable, "bf16": self.bf16_enable, "fp8": self.fp8_enable,
-                "int8": self.int8_enable, "target": self.target, "tune": self.exhaustive_tune}
+        return {
+            "fp16": self.fp16_enable,
+            "bf16": self.bf16_enable,
+            "fp8": self.fp8_enable,
+            "int8": self.int8_enable,
+            "target": self.target,
+            "tune": self.exhaustive_tune,
+        }
 
 
 def valid_keys() -> list[str]:
@@ -170,8 +257,10 @@ def parse_options(options: Mapping[str, Any], environ: Mapping[str, str] | None 
         key = ALIASES.get(str(raw_key), str(raw_key))
         spec = _BY_KEY.get(key)
         if spec is None:
-            raise OptionError(f"unknown MIGraphXExecutionProvider option {raw_key!r}; valid options: "
-                              + ", ".join(valid_keys()))
+            raise OptionError(
+                f"unknown MIGraphXExecutionProvider option {raw_key!r}; valid options: "
+                + ", ".join(valid_keys())
+            )
         values[spec.field] = spec.parse(str(raw_key), raw)
     for legacy, name in LEGACY_ENV.items():
         if legacy in env and name not in env:
@@ -190,8 +279,10 @@ def _check_combinations(o: EpOptions) -> None:
     if sum((o.fp16_enable, o.bf16_enable)) > 1:
         raise OptionError("migraphx_fp16_enable and migraphx_bf16_enable cannot both be set")
     if o.int8_enable and not o.int8_calibration_table_name:
-        log.warning("MIGraphXExecutionProvider: migraphx_int8_enable is set without "
-                    "migraphx_int8_calibration_table_name")
+        log.warning(
+            "MIGraphXExecutionProvider: migraphx_int8_enable is set without "
+            "migraphx_int8_calibration_table_name"
+        )
 
 
 def _warn_not_effective(o: EpOptions) -> None:

@@ -65,7 +65,9 @@ def convex_groups(nodes: list[dict], supported: set[int]) -> list[list[int]]:
     for p in order:
         if nodes[p]["index"] not in supported:
             continue
-        cands = sorted({group_of[q] for q in preds[p] if q in group_of}, key=lambda g: -bin(members[g]).count("1"))
+        cands = sorted(
+            {group_of[q] for q in preds[p] if q in group_of}, key=lambda g: -bin(members[g]).count("1")
+        )
         placed = None
         if cands:
             mask, a, d = 1 << p, anc[p], desc[p]
@@ -110,8 +112,14 @@ def partition(graph: dict) -> Partition:
     for _ in range(MAX_ROUNDS):
         groups = convex_groups(nodes, all_idx - set(refused))
         group_of = {i: g for g, members in enumerate(groups) for i in members}
-        probe = parse_graph(graph, resolve_dim=probe_dims(), tolerant=True, claimed=set(group_of),
-                            group_of=group_of, specialize=True)
+        probe = parse_graph(
+            graph,
+            resolve_dim=probe_dims(),
+            tolerant=True,
+            claimed=set(group_of),
+            group_of=group_of,
+            specialize=True,
+        )
         newly = {i: r for i, r in probe.refused.items() if i in group_of}
         if not newly:
             break

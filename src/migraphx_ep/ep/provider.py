@@ -8,7 +8,9 @@ import sys
 from typing import Any
 
 from ..ir.program import Program
+from ..quantize import quantize_bf16, quantize_fp16
 from ..targets import TargetError, get_target
+from .cache import ProgramStore
 from .compiled import CompiledSubgraph
 from .options import EpOptions, parse_options
 from .partition import partition
@@ -37,6 +39,7 @@ class MIGraphXEp:
         self.options = parse_options(options)
         self.target_name = resolve_target(self.options)
         self.compiled: list[CompiledSubgraph] = []
+        self.store = ProgramStore(self.options)
         self.last_partition: dict[str, Any] = {}
 
     # -- GetCapability --------------------------------------------------------------------------
@@ -49,9 +52,15 @@ class MIGraphXEp:
         if part.refused:
             counts = collections.Counter(nodes[i]["op_type"] for i in part.refused)
             claimed = sum(len(g) for g in part.groups)
-            log.warning("%s: claimed %d of %d nodes in %d partition(s); %d left to other providers: %s",
-                        EP_NAME, claimed, len(nodes), len(part.groups), len(part.refused),
-                        ", ".join(f"{op} x{n}" for op, n in counts.most_common()))
+            log.warning(
+                "%s: claimed %d of %d nodes in %d partition(s); %d left to other providers: %s",
+                EP_NAME,
+                claimed,
+                len(nodes),
+                len(part.groups),
+                len(part.refused),
+                ", ".join(f"{op} x{n}" for op, n in counts.most_common()),
+            )
         return part.groups
 
     def _dump(self, graph: dict, groups: list[list[int]], refused: dict[int, str]) -> None:
@@ -62,15 +71,23 @@ class MIGraphXEp:
             if n["index"] in group_of:
                 print(f"[{EP_NAME}]   claimed  partition {group_of[n['index']]}: {label}", file=sys.stdout)
             else:
-                print(f"[{EP_NAME}]   refused  {label}: {refused.get(n['index'], 'unknown')}", file=sys.stdout)
+                print(
+                    f"[{EP_NAME}]   refused  {label}: {refused.get(n['index'], 'unknown')}", file=sys.stdout
+                )
         sys.stdout.flush()
 
     # -- Compile --------------------------------------------------------------------------------
     def compile_program(self, prog: Program, options: EpOptions) -> None:
+        if options.fp16_enable:
+            quantize_fp16(prog)
+        elif options.bf16_enable:
+            quantize_bf16(prog)
         prog.compile(get_target(self.target_name), exhaustive_tune=options.exhaustive_tune)
 
     def compile(self, graph: dict, fused_node_name: str) -> CompiledSubgraph:
-        c = CompiledSubgraph(graph, fused_node_name, self.options, self.compile_program)
+        c = CompiledSubgraph(
+            graph, fused_node_name, self.options, self.compile_program, self.store, self.target_name
+        )
         self.compiled.append(c)
         return c
 

@@ -6,5 +6,18 @@ from .graph import graph_to_dict, model_to_dict
 from .parser import ParseError, ParseResult, fixed_dims, parse_graph, probe_dims
 from .table import PARSERS, Unsupported, onnx_op
 
-__all__ = ["PARSERS", "NodeDesc", "ParseContext", "ParseError", "ParseResult", "Unsupported", "fixed_dims",
-           "graph_to_dict", "model_to_dict", "normalize_axis", "onnx_op", "parse_graph", "probe_dims"]
+__all__ = [
+    "PARSERS",
+    "NodeDesc",
+    "ParseContext",
+    "ParseError",
+    "ParseResult",
+    "Unsupported",
+    "fixed_dims",
+    "graph_to_dict",
+    "model_to_dict",
+    "normalize_axis",
+    "onnx_op",
+    "parse_graph",
+    "probe_dims",
+]

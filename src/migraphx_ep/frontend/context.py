@@ -33,9 +33,14 @@ class NodeDesc:
     @classmethod
     def from_dict(cls, d: dict) -> NodeDesc:
         return cls(
-            op_type=d["op_type"], domain=d.get("domain", ""), since_version=int(d.get("since_version", 1)),
-            name=d.get("name", ""), inputs=list(d.get("inputs", ())), outputs=list(d.get("outputs", ())),
-            attributes=dict(d.get("attributes", {})), subgraphs=dict(d.get("subgraphs", {})),
+            op_type=d["op_type"],
+            domain=d.get("domain", ""),
+            since_version=int(d.get("since_version", 1)),
+            name=d.get("name", ""),
+            inputs=list(d.get("inputs", ())),
+            outputs=list(d.get("outputs", ())),
+            attributes=dict(d.get("attributes", {})),
+            subgraphs=dict(d.get("subgraphs", {})),
             index=int(d.get("index", -1)),
         )
 
@@ -52,8 +57,13 @@ class NodeDesc:
 class ParseContext:
     """Emits instructions for one node; ``add`` builds ops by name, ``const`` folds constant inputs."""
 
-    def __init__(self, module: Module, node: NodeDesc, parse_subgraph: Any = None,
-                 value_candidates: frozenset[str] = frozenset()) -> None:
+    def __init__(
+        self,
+        module: Module,
+        node: NodeDesc,
+        parse_subgraph: Any = None,
+        value_candidates: frozenset[str] = frozenset(),
+    ) -> None:
         self.module = module
         self.node = node
         self.opset = node.since_version
@@ -61,7 +71,9 @@ class ParseContext:
         self.value_candidates = value_candidates  # params whose values the EP can specialise on
 
     # -- emitting ---------------------------------------------------------------------------------
-    def add(self, op: str | Op, args: Sequence[Instruction] = (), mod_args: Sequence[Module] = (), **attrs: Any):
+    def add(
+        self, op: str | Op, args: Sequence[Instruction] = (), mod_args: Sequence[Module] = (), **attrs: Any
+    ):
         o = make_op(op, **attrs) if isinstance(op, str) else op
         return self.module.add_instruction(o, list(args), list(mod_args))
 
@@ -103,7 +115,9 @@ class ParseContext:
     def subgraph(self, attr: str, outer: dict[str, Instruction]) -> Module:
         if self._parse_subgraph is None or attr not in self.node.subgraphs:
             raise Unsupported(f"subgraph attribute {attr!r} unavailable")
-        return self._parse_subgraph(self.node.subgraphs[attr], outer, f"{self.node.name or self.node.op_type}:{attr}")
+        return self._parse_subgraph(
+            self.node.subgraphs[attr], outer, f"{self.node.name or self.node.op_type}:{attr}"
+        )
 
     def subgraph_call(
         self, attr: str, input_shapes: dict[str, Any] | None = None

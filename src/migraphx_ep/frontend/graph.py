@@ -8,7 +8,7 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
-from ..ir.dtypes import to_numpy, from_onnx
+from ..ir.dtypes import from_onnx, to_numpy
 
 GraphDict = dict[str, Any]
 
@@ -69,15 +69,22 @@ def _value_info(vi: onnx.ValueInfoProto) -> dict[str, Any]:
     return {"dtype": int(tt.elem_type), "shape": shape}
 
 
-def graph_to_dict(g: onnx.GraphProto, opsets: dict[str, int], base_dir: str | None = None,
-                  schemas_version: int | None = None) -> GraphDict:
+def graph_to_dict(
+    g: onnx.GraphProto,
+    opsets: dict[str, int],
+    base_dir: str | None = None,
+    schemas_version: int | None = None,
+) -> GraphDict:
     inits = {t.name: tensor_to_array(t, base_dir) for t in g.initializer}
     values: dict[str, dict] = {}
     for vi in list(g.input) + list(g.output) + list(g.value_info):
         values[vi.name] = _value_info(vi)
     for name, arr in inits.items():
         try:
-            values[name] = {"dtype": onnx.helper.np_dtype_to_tensor_dtype(arr.dtype), "shape": list(arr.shape)}
+            values[name] = {
+                "dtype": onnx.helper.np_dtype_to_tensor_dtype(arr.dtype),
+                "shape": list(arr.shape),
+            }
         except (KeyError, ValueError):
             values[name] = {"dtype": 0, "shape": list(arr.shape)}
     nodes = []
@@ -88,13 +95,24 @@ def graph_to_dict(g: onnx.GraphProto, opsets: dict[str, int], base_dir: str | No
             since = onnx.defs.get_schema(n.op_type, version, domain).since_version
         except Exception:  # noqa: BLE001 - unknown/custom ops keep the model's opset
             since = version
-        nodes.append({
-            "index": i, "name": n.name, "op_type": n.op_type, "domain": domain, "since_version": since,
-            "inputs": list(n.input), "outputs": list(n.output), "implicit_inputs": [],
-            "attributes": {a.name: _attr_value(a, base_dir) for a in n.attribute},
-            "subgraphs": {a.name: graph_to_dict(a.g, opsets, base_dir) for a in n.attribute
-                          if a.type == onnx.AttributeProto.GRAPH},
-        })
+        nodes.append(
+            {
+                "index": i,
+                "name": n.name,
+                "op_type": n.op_type,
+                "domain": domain,
+                "since_version": since,
+                "inputs": list(n.input),
+                "outputs": list(n.output),
+                "implicit_inputs": [],
+                "attributes": {a.name: _attr_value(a, base_dir) for a in n.attribute},
+                "subgraphs": {
+                    a.name: graph_to_dict(a.g, opsets, base_dir)
+                    for a in n.attribute
+                    if a.type == onnx.AttributeProto.GRAPH
+                },
+            }
+        )
         for o in n.output:
             values.setdefault(o, {"dtype": 0, "shape": None})
     return {
@@ -108,7 +126,9 @@ def graph_to_dict(g: onnx.GraphProto, opsets: dict[str, int], base_dir: str | No
     }
 
 
-def model_to_dict(model: onnx.ModelProto, base_dir: str | None = None, infer_shapes: bool = True) -> GraphDict:
+def model_to_dict(
+    model: onnx.ModelProto, base_dir: str | None = None, infer_shapes: bool = True
+) -> GraphDict:
     if infer_shapes:
         try:
             model = onnx.shape_inference.infer_shapes(model)

@@ -80,10 +80,17 @@ def value_shape(info: dict | None, name: str, resolve: DimResolver) -> Shape:
 
 
 class GraphParser:
-    def __init__(self, program: Program, input_shapes: dict[str, Shape] | None = None,
-                 resolve_dim: DimResolver | None = None, tolerant: bool = False,
-                 claimed: set[int] | None = None, group_of: dict[int, int] | None = None,
-                 specialize: bool = False, input_values: dict[str, np.ndarray] | None = None) -> None:
+    def __init__(
+        self,
+        program: Program,
+        input_shapes: dict[str, Shape] | None = None,
+        resolve_dim: DimResolver | None = None,
+        tolerant: bool = False,
+        claimed: set[int] | None = None,
+        group_of: dict[int, int] | None = None,
+        specialize: bool = False,
+        input_values: dict[str, np.ndarray] | None = None,
+    ) -> None:
         self.program = program
         # Value specialisation: with `specialize`, small static inputs a parser needs as constants are
         # noted (needs_values) instead of refusing the node; `input_values` then supplies them.
@@ -101,8 +108,13 @@ class GraphParser:
         self.refused: dict[int, str] = {}
         self._sub_count = 0
 
-    def parse(self, graph: dict, module: Module, outer: dict[str, Instruction] | None = None,
-              as_params: Iterable[str] = ()) -> dict[str, Instruction]:
+    def parse(
+        self,
+        graph: dict,
+        module: Module,
+        outer: dict[str, Instruction] | None = None,
+        as_params: Iterable[str] = (),
+    ) -> dict[str, Instruction]:
         values: dict[str, Instruction] = {}
         producer_group: dict[str, int] = {}
         boundary: dict[tuple[str, int], Instruction] = {}
@@ -203,10 +215,12 @@ class GraphParser:
                 except UnsupportedTypeError as e:
                     raise Unsupported(f"value {name!r}: {e}") from None
         args = [get(n) for n in desc.inputs]
-        ctx = ParseContext(module, desc, self._parse_subgraph_for(module, get), frozenset(self.value_candidates))
+        ctx = ParseContext(
+            module, desc, self._parse_subgraph_for(module, get), frozenset(self.value_candidates)
+        )
         result = entry.parser(ctx, desc, args)
         outs = [result] if isinstance(result, Instruction) else list(result)
-        missing = [o for o in desc.outputs[len(outs):] if o]
+        missing = [o for o in desc.outputs[len(outs) :] if o]
         if missing:
             raise Unsupported(f"outputs {missing} are not produced")
         for oname, ins in zip(desc.outputs, outs, strict=False):
@@ -266,8 +280,13 @@ class SubgraphParser:
                 return ins
         raise Unsupported(f"subgraph reads {name!r}, which is not defined in an enclosing graph")
 
-    def parse(self, graph: dict, label: str, input_shapes: dict[str, Shape] | None = None,
-              outer: dict[str, Instruction] | None = None) -> tuple[Module, list[Instruction]]:
+    def parse(
+        self,
+        graph: dict,
+        label: str,
+        input_shapes: dict[str, Shape] | None = None,
+        outer: dict[str, Instruction] | None = None,
+    ) -> tuple[Module, list[Instruction]]:
         """A submodule for ``graph`` and the outer values (in parameter order) that must feed it."""
         p = self.parent
         n = len(p.program.modules)
@@ -290,8 +309,9 @@ class SubgraphParser:
             self.parent.program.modules.pop(name, None)
         self.feeds.pop(sub.name, None)
 
-    def _fill(self, sub: Module, graph: dict, input_shapes: dict[str, Shape] | None,
-              outer: dict[str, Instruction]) -> list[Instruction]:
+    def _fill(
+        self, sub: Module, graph: dict, input_shapes: dict[str, Shape] | None, outer: dict[str, Instruction]
+    ) -> list[Instruction]:
         p = self.parent
         infos = graph.get("values", {})
         scope: dict[str, Instruction] = {}
@@ -351,7 +371,9 @@ def _check_declared(name: str, ins: Instruction, info: dict | None) -> None:
     dims = info.get("shape")
     if dims is not None:
         if len(dims) != ins.shape.ndim():
-            raise Unsupported(f"output {name!r} would have rank {ins.shape.ndim()}, ONNX declares {len(dims)}")
+            raise Unsupported(
+                f"output {name!r} would have rank {ins.shape.ndim()}, ONNX declares {len(dims)}"
+            )
         for i, (d, n) in enumerate(zip(dims, ins.shape.lens, strict=True)):
             if isinstance(d, int) and d >= 0 and d != n:
                 raise Unsupported(f"output {name!r} dim {i} would be {n}, ONNX declares {d}")
@@ -387,6 +409,7 @@ def _no_symbolic(name: str, axis: int, dim: Any) -> int:
 def fixed_dims(value: int) -> DimResolver:
     def resolve(name: str, axis: int, dim: Any) -> int:
         return value
+
     return resolve
 
 
@@ -398,13 +421,20 @@ def probe_dims() -> DimResolver:
         if not dim:
             return 1
         return sizes.setdefault(str(dim), 2 + len(sizes))
+
     return resolve
 
 
-def parse_graph(graph: dict, input_shapes: dict[str, Shape] | None = None, resolve_dim: DimResolver | None = None,
-                tolerant: bool = False, claimed: set[int] | None = None,
-                group_of: dict[int, int] | None = None, specialize: bool = False,
-                input_values: dict[str, np.ndarray] | None = None) -> ParseResult:
+def parse_graph(
+    graph: dict,
+    input_shapes: dict[str, Shape] | None = None,
+    resolve_dim: DimResolver | None = None,
+    tolerant: bool = False,
+    claimed: set[int] | None = None,
+    group_of: dict[int, int] | None = None,
+    specialize: bool = False,
+    input_values: dict[str, np.ndarray] | None = None,
+) -> ParseResult:
     prog = Program()
     main = prog.get_main_module()
     gp = GraphParser(prog, input_shapes, resolve_dim, tolerant, claimed, group_of, specialize, input_values)
@@ -414,5 +444,17 @@ def parse_graph(graph: dict, input_shapes: dict[str, Shape] | None = None, resol
     return ParseResult(prog, gp.refused, outs, gp.needs_values)
 
 
-__all__ = ["DType", "GraphParser", "ParseError", "ParseResult", "SubgraphParser", "fixed_dims", "free_names",
-           "parse_graph", "probe_dims", "to_numpy", "topo_order", "value_shape"]
+__all__ = [
+    "DType",
+    "GraphParser",
+    "ParseError",
+    "ParseResult",
+    "SubgraphParser",
+    "fixed_dims",
+    "free_names",
+    "parse_graph",
+    "probe_dims",
+    "to_numpy",
+    "topo_order",
+    "value_shape",
+]

@@ -45,7 +45,9 @@ class Entry:
 PARSERS: dict[tuple[str, str], Entry] = {}
 
 
-def onnx_op(*op_types: str, domain: str = "", min_opset: int = 1, const_inputs: tuple[int, ...] = ()) -> Callable:
+def onnx_op(
+    *op_types: str, domain: str = "", min_opset: int = 1, const_inputs: tuple[int, ...] = ()
+) -> Callable:
     """Register ``fn`` as the parser of ``op_types`` in ``domain`` ("" is ai.onnx)."""
 
     def wrap(fn: Parser) -> Parser:

@@ -18,7 +18,9 @@ class Instruction:
 
     __slots__ = ("op", "inputs", "outputs", "shape", "module_args", "module", "__weakref__")
 
-    def __init__(self, op: Op, inputs: list[Instruction], shape: Shape, module_args: list[Module] | None = None):
+    def __init__(
+        self, op: Op, inputs: list[Instruction], shape: Shape, module_args: list[Module] | None = None
+    ):
         self.op = op
         self.inputs: list[Instruction] = list(inputs)
         self.outputs: list[Instruction] = []

@@ -44,7 +44,9 @@ class Module:
             a.outputs.append(ins)
         return ins
 
-    def add_instruction(self, op: Op, args: Sequence[Instruction] = (), mod_args: Sequence[Module] = ()) -> Instruction:
+    def add_instruction(
+        self, op: Op, args: Sequence[Instruction] = (), mod_args: Sequence[Module] = ()
+    ) -> Instruction:
         ins = self._new(op, args, mod_args)
         self.instructions.append(ins)
         return ins
@@ -81,7 +83,10 @@ class Module:
 
     # -- editing --------------------------------------------------------------------------------
     def replace_instruction(
-        self, ins: Instruction, op: Op | Instruction, args: Sequence[Instruction] | None = None,
+        self,
+        ins: Instruction,
+        op: Op | Instruction,
+        args: Sequence[Instruction] | None = None,
         mod_args: Sequence[Module] | None = None,
     ) -> Instruction:
         """Give ``ins`` a new op and inputs in place, or (given an instruction) redirect its users."""
@@ -92,7 +97,9 @@ class Module:
         mods = ins.module_args if mod_args is None else list(mod_args)
         shape = self._shape_of(op, args, mods)
         if ins.outputs and shape != ins.shape and not ins.is_return():
-            raise ModuleError(f"replace_instruction: {op} changes shape {ins.shape} -> {shape} of a used value")
+            raise ModuleError(
+                f"replace_instruction: {op} changes shape {ins.shape} -> {shape} of a used value"
+            )
         ins.op = op
         ins.shape = shape
         ins.module_args = list(mods)
@@ -217,7 +224,7 @@ class Module:
 
     def to_text(self) -> str:
         names = self.numbering()
-        lines = [f"module: \"{self.name}\""]
+        lines = [f'module: "{self.name}"']
         for ins in self.instructions:
             args = ",".join(names[id(a)] for a in ins.inputs)
             mods = "".join(f", {m.name}" for m in ins.module_args)
@@ -235,7 +242,12 @@ class Module:
         """Position-indexed form for structural equality (names of instructions don't matter)."""
         pos = {id(ins): n for n, ins in enumerate(self.instructions)}
         return [
-            (ins.op, tuple(pos[id(a)] for a in ins.inputs), ins.shape, tuple(m.structure() for m in ins.module_args))
+            (
+                ins.op,
+                tuple(pos[id(a)] for a in ins.inputs),
+                ins.shape,
+                tuple(m.structure() for m in ins.module_args),
+            )
             for ins in self.instructions
         ]
 

@@ -102,7 +102,10 @@ class Program:
             mapping: dict[int, Instruction] = {}
             for ins in src.instructions:
                 new = Instruction(
-                    ins.op, [mapping[id(a)] for a in ins.inputs], ins.shape, [p.modules[m.name] for m in ins.module_args]
+                    ins.op,
+                    [mapping[id(a)] for a in ins.inputs],
+                    ins.shape,
+                    [p.modules[m.name] for m in ins.module_args],
                 )
                 new.module = dst
                 for a in new.inputs:

@@ -136,7 +136,9 @@ class Shape:
         if self.type == DType.tuple_type:
             return False
         return all(
-            s == e for s, e, n in zip(self.strides, standard_strides(self.lens), self.lens, strict=True) if n != 1
+            s == e
+            for s, e, n in zip(self.strides, standard_strides(self.lens), self.lens, strict=True)
+            if n != 1
         )
 
     def scalar(self) -> bool:

@@ -39,13 +39,25 @@ def _gelu_tanh(x: np.ndarray) -> np.ndarray:
 unary("sigmoid", f32(_sigmoid), "1 / (1 + exp(-{0}))", types=FLOAT_TYPES)
 unary("softsign", f32(lambda x: x / (1 + np.abs(x))), "{0} / (1 + abs({0}))", types=FLOAT_TYPES)
 unary("softplus", f32(_softplus), "max({0}, 0) + log1p(exp(-abs({0})))", types=FLOAT_TYPES)
-unary("mish", f32(lambda x: x * np.tanh(_softplus(x))), "{0} * tanh(max({0}, 0) + log1p(exp(-abs({0}))))",
-      types=FLOAT_TYPES)
-unary("hard_swish", f32(lambda x: x * np.clip(x / 6 + 0.5, 0, 1)), "{0} * min(max({0} / 6 + 0.5, 0), 1)",
-      types=FLOAT_TYPES)
+unary(
+    "mish",
+    f32(lambda x: x * np.tanh(_softplus(x))),
+    "{0} * tanh(max({0}, 0) + log1p(exp(-abs({0}))))",
+    types=FLOAT_TYPES,
+)
+unary(
+    "hard_swish",
+    f32(lambda x: x * np.clip(x / 6 + 0.5, 0, 1)),
+    "{0} * min(max({0} / 6 + 0.5, 0), 1)",
+    types=FLOAT_TYPES,
+)
 unary("gelu", f32(_gelu), "0.5 * {0} * (1 + erf({0} * M_SQRT1_2))", types=FLOAT_TYPES)
-unary("gelu_tanh", f32(_gelu_tanh),
-      "0.5 * {0} * (1 + tanh(0.7978845608028654 * ({0} + 0.044715 * {0} * {0} * {0})))", types=FLOAT_TYPES)
+unary(
+    "gelu_tanh",
+    f32(_gelu_tanh),
+    "0.5 * {0} * (1 + tanh(0.7978845608028654 * ({0} + 0.044715 * {0} * {0} * {0})))",
+    types=FLOAT_TYPES,
+)
 
 
 @dataclasses.dataclass(frozen=True)

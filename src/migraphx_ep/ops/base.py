@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import dataclasses
+import sys
 from collections.abc import Callable
 from typing import ClassVar
 
 import numpy as np
 
-from ..ir.dtypes import DType, FLOAT_TYPES, INT_TYPES
+from ..ir.dtypes import FLOAT_TYPES, INT_TYPES, DType
 from ..ir.operation import Op, register_op
 from ..ir.shape import Shape, check_shapes
 
@@ -52,23 +53,45 @@ class BinaryOp(Op):
             return np.asarray(type(self).fn(args[0], args[1])).astype(out.dtype, copy=False)
 
 
-def unary(name: str, fn: Callable, cpp: str = "", types=NUMERIC_TYPES, result_type: DType | None = None) -> type:
+def unary(
+    name: str, fn: Callable, cpp: str = "", types=NUMERIC_TYPES, result_type: DType | None = None
+) -> type:
     """Define and register an elementwise unary op in one line."""
     cls = dataclasses.dataclass(frozen=True)(
-        type(name.title().replace("_", ""), (UnaryOp,), {
-            "__annotations__": {}, "name": name, "fn": staticmethod(fn), "cpp": cpp,
-            "types": frozenset(types), "result_type": result_type,
-        })
+        type(
+            name.title().replace("_", ""),
+            (UnaryOp,),
+            {
+                "__annotations__": {},
+                "__module__": sys._getframe(1).f_globals["__name__"],  # the defining module, not base
+                "name": name,
+                "fn": staticmethod(fn),
+                "cpp": cpp,
+                "types": frozenset(types),
+                "result_type": result_type,
+            },
+        )
     )
     return register_op(cls)
 
 
-def binary(name: str, fn: Callable, cpp: str = "", types=NUMERIC_TYPES, result_type: DType | None = None) -> type:
+def binary(
+    name: str, fn: Callable, cpp: str = "", types=NUMERIC_TYPES, result_type: DType | None = None
+) -> type:
     """Define and register an elementwise binary op in one line."""
     cls = dataclasses.dataclass(frozen=True)(
-        type(name.title().replace("_", ""), (BinaryOp,), {
-            "__annotations__": {}, "name": name, "fn": staticmethod(fn), "cpp": cpp,
-            "types": frozenset(types), "result_type": result_type,
-        })
+        type(
+            name.title().replace("_", ""),
+            (BinaryOp,),
+            {
+                "__annotations__": {},
+                "__module__": sys._getframe(1).f_globals["__name__"],  # the defining module, not base
+                "name": name,
+                "fn": staticmethod(fn),
+                "cpp": cpp,
+                "types": frozenset(types),
+                "result_type": result_type,
+            },
+        )
     )
     return register_op(cls)

@@ -38,8 +38,10 @@ class Multibroadcast(Op):
         if broadcast_lens(s.lens, self.out_lens) != tuple(self.out_lens):
             raise ShapeError(f"multibroadcast: {list(s.lens)} cannot broadcast to {list(self.out_lens)}")
         off = len(self.out_lens) - s.ndim()
-        strides = [0] * off + [0 if n == 1 and o != 1 else st for n, st, o in
-                               zip(s.lens, s.strides, self.out_lens[off:], strict=True)]
+        strides = [0] * off + [
+            0 if n == 1 and o != 1 else st
+            for n, st, o in zip(s.lens, s.strides, self.out_lens[off:], strict=True)
+        ]
         return Shape(s.type, self.out_lens, strides)
 
     def compute(self, out: Shape, args: list[np.ndarray]) -> np.ndarray:

@@ -196,4 +196,3 @@ class PrefixScanSum(Op):
         if self.reverse:
             r = np.flip(r, ax)
         return np.ascontiguousarray(r).astype(out.dtype, copy=False)
-

@@ -42,8 +42,14 @@ class PoolingIndices(Op):
     storage_order: int = 0
 
     def pooling(self) -> Pooling:
-        return Pooling(mode="max", padding=self.padding, stride=self.stride, lengths=self.lengths,
-                       dilations=self.dilations, ceil_mode=self.ceil_mode)
+        return Pooling(
+            mode="max",
+            padding=self.padding,
+            stride=self.stride,
+            lengths=self.lengths,
+            dilations=self.dilations,
+            ceil_mode=self.ceil_mode,
+        )
 
     def compute_shape(self, inputs: list[Shape]) -> Shape:
         return self.pooling().compute_shape(inputs).with_type(DType.int64_type)

@@ -15,8 +15,22 @@ from .simplify_algebra import (
 from .simplify_reshapes import SIMPLIFY_RESHAPES, simplify_reshapes
 
 __all__ = [
-    "DEAD_CODE_ELIMINATION", "ELIMINATE_COMMON_SUBEXPRESSION", "ELIMINATE_IDENTITY", "NORMALIZE_OPS",
-    "PROPAGATE_CONSTANT", "Pass", "SIMPLIFY_ALGEBRA", "SIMPLIFY_ALGEBRA_FAST_MATH", "SIMPLIFY_RESHAPES",
-    "dead_code_elimination", "eliminate_common_subexpression", "eliminate_identity", "normalize_ops",
-    "propagate_constant", "run_passes", "simplify_algebra", "simplify_algebra_fast_math", "simplify_reshapes",
+    "DEAD_CODE_ELIMINATION",
+    "ELIMINATE_COMMON_SUBEXPRESSION",
+    "ELIMINATE_IDENTITY",
+    "NORMALIZE_OPS",
+    "PROPAGATE_CONSTANT",
+    "Pass",
+    "SIMPLIFY_ALGEBRA",
+    "SIMPLIFY_ALGEBRA_FAST_MATH",
+    "SIMPLIFY_RESHAPES",
+    "dead_code_elimination",
+    "eliminate_common_subexpression",
+    "eliminate_identity",
+    "normalize_ops",
+    "propagate_constant",
+    "run_passes",
+    "simplify_algebra",
+    "simplify_algebra_fast_math",
+    "simplify_reshapes",
 ]

@@ -20,8 +20,14 @@ from .rewrite import replace_value
 def _key(ins: Instruction) -> Hashable:
     # repr() guards op equality against values that compare equal but mean different things: an attribute
     # 0.0 vs -0.0 (pad value) or 1 vs 1.0 vs True hash and compare equal as dataclass fields.
-    return (type(ins.op), ins.op, repr(ins.op), tuple(id(i) for i in ins.inputs),
-            tuple(id(mod) for mod in ins.module_args), ins.shape)
+    return (
+        type(ins.op),
+        ins.op,
+        repr(ins.op),
+        tuple(id(i) for i in ins.inputs),
+        tuple(id(mod) for mod in ins.module_args),
+        ins.shape,
+    )
 
 
 def eliminate_common_subexpression(m: Module) -> bool:

@@ -26,8 +26,18 @@ class Rank(Enum):
 
 _REDUCE = ("reduce_sum", "reduce_mean", "reduce_prod", "reduce_max", "reduce_min")
 _SCATTER = ("scatter_none", "scatter_add", "scatter_mul", "scatter_max", "scatter_min")
-_AXIS_IN = ("concat", "gather", "gather_elements", "softmax", "logsoftmax", "argmax", "argmin",
-            "prefix_scan_sum", "topk", *_SCATTER)
+_AXIS_IN = (
+    "concat",
+    "gather",
+    "gather_elements",
+    "softmax",
+    "logsoftmax",
+    "argmax",
+    "argmin",
+    "prefix_scan_sum",
+    "topk",
+    *_SCATTER,
+)
 
 AXIS_ATTRIBUTES: dict[str, tuple[tuple[str, Rank], ...]] = {
     "transpose": (("permutation", Rank.IN),),

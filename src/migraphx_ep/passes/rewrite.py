@@ -206,8 +206,13 @@ def var(name: str, when: Predicate | None = None) -> Var:
     return Var(name, when)
 
 
-def op(names: str | Iterable[str], *args: Pattern, bind: str | None = None, when: Predicate | None = None,
-       any_args: bool = False) -> OpPattern:
+def op(
+    names: str | Iterable[str],
+    *args: Pattern,
+    bind: str | None = None,
+    when: Predicate | None = None,
+    any_args: bool = False,
+) -> OpPattern:
     """An instruction of op ``names`` whose inputs match ``args`` (both orders for commutative ops)."""
     ns = frozenset([names] if isinstance(names, str) else names)
     return OpPattern(ns, None if any_args else tuple(args), bind, when)
@@ -307,8 +312,9 @@ class Rule:
         return False
 
 
-def rule(pattern: Pattern, rewrite: Rewrite, when: Callable[[Builder], bool] | None = None,
-         name: str = "") -> Rule:
+def rule(
+    pattern: Pattern, rewrite: Rewrite, when: Callable[[Builder], bool] | None = None, name: str = ""
+) -> Rule:
     """A one-line rule; ``when`` is an optional condition on the bindings."""
     check = None if when is None else (lambda r: None if when(r) else "condition not met")
     return Rule(pattern, rewrite, check, name or repr(pattern))
@@ -347,6 +353,20 @@ def apply_rules(m: Module, rules: Sequence[Rule], max_sweeps: int = 16) -> bool:
 
 
 __all__ = [
-    "COMMUTATIVE", "Builder", "Pattern", "Rule", "apply_rules", "compact_value", "const", "is_splat",
-    "literal_source", "op", "op_shape", "recompute_shape", "replace_value", "rule", "splat", "var",
+    "COMMUTATIVE",
+    "Builder",
+    "Pattern",
+    "Rule",
+    "apply_rules",
+    "compact_value",
+    "const",
+    "is_splat",
+    "literal_source",
+    "op",
+    "op_shape",
+    "recompute_shape",
+    "replace_value",
+    "rule",
+    "splat",
+    "var",
 ]

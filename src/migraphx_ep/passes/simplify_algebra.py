@@ -61,12 +61,19 @@ EXACT_RULES: list[Rule] = [
     rule(op("sub", x, op("neg", y)), lambda r: r.op("add", r.x, r.y)),  # x - -y -> x + y
     rule(op("relu", op("relu", x, bind="inner")), lambda r: r.inner),  # relu(relu(x)) -> relu(x)
     rule(op("convert", x, bind="c"), lambda r: r.x, when=lambda r: r.c.shape.type == r.x.shape.type),  # T->T
-    rule(op("convert", op("convert", x, bind="mid"), bind="out"),  # convert(convert(x)) -> convert(x)
-         lambda r: r.op("convert", r.x, target_type=r.out.shape.type), when=convert_through),
-    rule(op("mul", op("mul", var("a", integral), c1), c2),  # (a*c1)*c2 -> a*(c1*c2), integers
-         lambda r: r.op("mul", r.a, r.fold("mul", r.c1, r.c2))),
-    rule(op("add", op("add", var("a", integral), c1), c2),  # (a+c1)+c2 -> a+(c1+c2), integers
-         lambda r: r.op("add", r.a, r.fold("add", r.c1, r.c2))),
+    rule(
+        op("convert", op("convert", x, bind="mid"), bind="out"),  # convert(convert(x)) -> convert(x)
+        lambda r: r.op("convert", r.x, target_type=r.out.shape.type),
+        when=convert_through,
+    ),
+    rule(
+        op("mul", op("mul", var("a", integral), c1), c2),  # (a*c1)*c2 -> a*(c1*c2), integers
+        lambda r: r.op("mul", r.a, r.fold("mul", r.c1, r.c2)),
+    ),
+    rule(
+        op("add", op("add", var("a", integral), c1), c2),  # (a+c1)+c2 -> a+(c1+c2), integers
+        lambda r: r.op("add", r.a, r.fold("add", r.c1, r.c2)),
+    ),
 ]
 
 FAST_MATH_RULES: list[Rule] = [

@@ -41,13 +41,21 @@ RULES: list[Rule] = [
     rule(op(VIEWS, x, bind="v"), lambda r: r.x, when=lambda r: r.v.shape == r.x.shape),  # view(x) == x -> x
     rule(op(RESHAPERS, x, bind="v"), lambda r: r.x, when=_same_lens),  # reshape(x) to x's dims -> x
     rule(op("transpose", op("transpose", x, bind="t1"), bind="v"), _transpose_pair),  # transpose(transpose)
-    rule(op(RESHAPERS, op(RESHAPERS, x, bind="inner"), bind="v"),  # reshape chain back to x's dims -> x
-         lambda r: r.x, when=_same_lens),
-    rule(op(RESHAPERS, op(RESHAPERS, x, bind="inner"), bind="v"),  # reshape∘reshape -> reshape
-         lambda r: r.op("reshape", r.x, dims=r.v.shape.lens), when=_still_a_view),
+    rule(
+        op(RESHAPERS, op(RESHAPERS, x, bind="inner"), bind="v"),  # reshape chain back to x's dims -> x
+        lambda r: r.x,
+        when=_same_lens,
+    ),
+    rule(
+        op(RESHAPERS, op(RESHAPERS, x, bind="inner"), bind="v"),  # reshape∘reshape -> reshape
+        lambda r: r.op("reshape", r.x, dims=r.v.shape.lens),
+        when=_still_a_view,
+    ),
     rule(op("contiguous", x), lambda r: r.x, when=lambda r: r.x.shape.standard()),  # contiguous(std x) -> x
-    rule(op("multibroadcast", op("multibroadcast", x), bind="v"),  # multibroadcast∘multibroadcast -> one
-         lambda r: r.op("multibroadcast", r.x, out_lens=r.v.shape.lens)),
+    rule(
+        op("multibroadcast", op("multibroadcast", x), bind="v"),  # multibroadcast∘multibroadcast -> one
+        lambda r: r.op("multibroadcast", r.x, out_lens=r.v.shape.lens),
+    ),
 ]
 
 

@@ -63,8 +63,9 @@ def parse_skip_layer_norm(ctx: ParseContext, node: NodeDesc, args):
     check_attrs(node, ("epsilon",))
     s = _skip_sum(ctx, node, args, 4)
     beta = args[3] if len(args) > 3 else None
-    y, mean, inv = layer_norm(ctx, s, args[2], beta, s.shape.ndim() - 1, fattr(node, "epsilon", 1e-12),
-                              affine_in_stash=True)
+    y, mean, inv = layer_norm(
+        ctx, s, args[2], beta, s.shape.ndim() - 1, fattr(node, "epsilon", 1e-12), affine_in_stash=True
+    )
     return [y, ctx.convert(mean, DType.float_type), ctx.convert(inv, DType.float_type), s]
 
 
@@ -74,8 +75,16 @@ def parse_skip_simplified_layer_norm(ctx: ParseContext, node: NodeDesc, args):
     if wanted(node, 1):
         raise Unsupported("SkipSimplifiedLayerNormalization: the mean output is not defined")
     s = _skip_sum(ctx, node, args, 3)
-    y, _, inv = layer_norm(ctx, s, args[2], None, s.shape.ndim() - 1, fattr(node, "epsilon", 1e-12),
-                           simplified=True, affine_in_stash=True)
+    y, _, inv = layer_norm(
+        ctx,
+        s,
+        args[2],
+        None,
+        s.shape.ndim() - 1,
+        fattr(node, "epsilon", 1e-12),
+        simplified=True,
+        affine_in_stash=True,
+    )
     return [y, y, ctx.convert(inv, DType.float_type), s]
 
 
@@ -88,6 +97,7 @@ def parse_simplified_layer_norm(ctx: ParseContext, node: NodeDesc, args):
     if int(node.attr("stash_type", 1)) != 1:
         raise Unsupported(f"{node.op_type}: only stash_type=1 (float) is supported")
     axis = normalize_axis(int(node.attr("axis", -1)), x.shape.ndim())
-    y, _, inv = layer_norm(ctx, x, scale, None, axis, fattr(node, "epsilon", 1e-5), simplified=True,
-                           affine_in_stash=True)
+    y, _, inv = layer_norm(
+        ctx, x, scale, None, axis, fattr(node, "epsilon", 1e-5), simplified=True, affine_in_stash=True
+    )
     return [y, ctx.convert(inv, stash(x))]

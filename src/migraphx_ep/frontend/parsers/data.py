@@ -161,7 +161,11 @@ def parse_pad(ctx: ParseContext, node: NodeDesc, args):
         axes = list(range(r))
     else:
         pads = ctx.const_ints(args[1], "Pad pads")
-        cv = ctx.require_const(args[2], "Pad constant_value") if len(args) > 2 and args[2] is not None else np.zeros(1)
+        cv = (
+            ctx.require_const(args[2], "Pad constant_value")
+            if len(args) > 2 and args[2] is not None
+            else np.zeros(1)
+        )
         if np.asarray(cv).size != 1:
             raise Unsupported("Pad constant_value must have one element")
         value = np.asarray(cv).ravel()[0].item()

@@ -94,8 +94,16 @@ def channel(ctx: ParseContext, v: Instruction, x: Instruction, t: DType) -> Inst
 
 
 # -- normalisations ------------------------------------------------------------------------------------
-def layer_norm(ctx: ParseContext, x: Instruction, scale: Instruction, bias: Instruction | None, axis: int,
-               eps: float, simplified: bool = False, affine_in_stash: bool = False):
+def layer_norm(
+    ctx: ParseContext,
+    x: Instruction,
+    scale: Instruction,
+    bias: Instruction | None,
+    axis: int,
+    eps: float,
+    simplified: bool = False,
+    affine_in_stash: bool = False,
+):
     """LayerNorm / RMSNorm over axes [axis, rank). Returns (y, mean or None, inv_std_dev) with statistics
     in the stash type; the affine part runs in x's type (ONNX) or in the stash type (ORT contrib ops)."""
     t, w = x.shape.type, stash(x)

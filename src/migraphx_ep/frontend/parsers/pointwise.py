@@ -32,17 +32,54 @@ def fattr(node: NodeDesc, name: str, default: float) -> float:
 
 
 UNARY = {
-    "Abs": "abs", "Acos": "acos", "Acosh": "acosh", "Asin": "asin", "Asinh": "asinh", "Atan": "atan",
-    "Atanh": "atanh", "Ceil": "ceil", "Cos": "cos", "Cosh": "cosh", "Erf": "erf", "Exp": "exp",
-    "Floor": "floor", "IsNaN": "isnan", "Log": "log", "Neg": "neg", "Not": "not", "Reciprocal": "recip",
-    "Relu": "relu", "Round": "nearbyint", "Sigmoid": "sigmoid", "Sign": "sign", "Sin": "sin", "Sinh": "sinh",
-    "Softplus": "softplus", "Softsign": "softsign", "Sqrt": "sqrt", "Tan": "tan", "Tanh": "tanh",
-    "Mish": "mish", "HardSwish": "hard_swish", "BitwiseNot": "bitwise_not",
+    "Abs": "abs",
+    "Acos": "acos",
+    "Acosh": "acosh",
+    "Asin": "asin",
+    "Asinh": "asinh",
+    "Atan": "atan",
+    "Atanh": "atanh",
+    "Ceil": "ceil",
+    "Cos": "cos",
+    "Cosh": "cosh",
+    "Erf": "erf",
+    "Exp": "exp",
+    "Floor": "floor",
+    "IsNaN": "isnan",
+    "Log": "log",
+    "Neg": "neg",
+    "Not": "not",
+    "Reciprocal": "recip",
+    "Relu": "relu",
+    "Round": "nearbyint",
+    "Sigmoid": "sigmoid",
+    "Sign": "sign",
+    "Sin": "sin",
+    "Sinh": "sinh",
+    "Softplus": "softplus",
+    "Softsign": "softsign",
+    "Sqrt": "sqrt",
+    "Tan": "tan",
+    "Tanh": "tanh",
+    "Mish": "mish",
+    "HardSwish": "hard_swish",
+    "BitwiseNot": "bitwise_not",
 }
 BINARY = {
-    "Add": "add", "Sub": "sub", "Mul": "mul", "Div": "div", "And": "logical_and", "Or": "logical_or",
-    "Xor": "logical_xor", "Equal": "equal", "Greater": "greater", "GreaterOrEqual": "greater_or_equal",
-    "Less": "less", "LessOrEqual": "less_or_equal", "BitwiseAnd": "bitwise_and", "BitwiseOr": "bitwise_or",
+    "Add": "add",
+    "Sub": "sub",
+    "Mul": "mul",
+    "Div": "div",
+    "And": "logical_and",
+    "Or": "logical_or",
+    "Xor": "logical_xor",
+    "Equal": "equal",
+    "Greater": "greater",
+    "GreaterOrEqual": "greater_or_equal",
+    "Less": "less",
+    "LessOrEqual": "less_or_equal",
+    "BitwiseAnd": "bitwise_and",
+    "BitwiseOr": "bitwise_or",
     "BitwiseXor": "bitwise_xor",
 }
 
@@ -173,8 +210,10 @@ def parse_clip(ctx: ParseContext, node: NodeDesc, args):
     else:
         check_attrs(node, ())
         given = list(args[1:3]) + [None] * (3 - len(args))
-        lo, hi = (v if v is not None else ctx.literal(_limit(x, high, ctx.opset), dt)
-                  for v, high in zip(given, (False, True), strict=True))
+        lo, hi = (
+            v if v is not None else ctx.literal(_limit(x, high, ctx.opset), dt)
+            for v, high in zip(given, (False, True), strict=True)
+        )
         for v in (lo, hi):
             if v.shape.elements() != 1:
                 raise Unsupported("Clip: min and max must be scalars")
@@ -191,8 +230,10 @@ def cast(ctx: ParseContext, node: NodeDesc, x: Instruction, t: DType) -> Instruc
         # Saturating cast: clamp to the finite range first (inf -> max), NaN stays NaN.
         src = x if is_float(x.shape.type) and x.shape.type not in FP8 else ctx.convert(x, DType.float_type)
         info = ml_dtypes.finfo(to_numpy(t))
-        lo, hi = (ctx.broadcast_to(ctx.literal(float(v), src.shape.dtype), src.shape.lens)
-                  for v in (info.min, info.max))
+        lo, hi = (
+            ctx.broadcast_to(ctx.literal(float(v), src.shape.dtype), src.shape.lens)
+            for v in (info.min, info.max)
+        )
         x = ctx.add("clip", [src, lo, hi])
     return ctx.convert(x, t)
 

@@ -14,8 +14,13 @@ from ..context import NodeDesc, ParseContext, normalize_axis
 from ..table import Unsupported, onnx_op
 from .pointwise import check_attrs
 
-SIMPLE = {"ReduceSum": "reduce_sum", "ReduceMean": "reduce_mean", "ReduceMax": "reduce_max",
-          "ReduceMin": "reduce_min", "ReduceProd": "reduce_prod"}
+SIMPLE = {
+    "ReduceSum": "reduce_sum",
+    "ReduceMean": "reduce_mean",
+    "ReduceMax": "reduce_max",
+    "ReduceMin": "reduce_min",
+    "ReduceProd": "reduce_prod",
+}
 COMPOSITE = ("ReduceL1", "ReduceL2", "ReduceLogSum", "ReduceLogSumExp", "ReduceSumSquare")
 
 
@@ -107,6 +112,10 @@ def parse_cumsum(ctx: ParseContext, node: NodeDesc, args):
         raise Unsupported("CumSum: axis must hold one value")
     if x.shape.ndim() == 0:
         raise Unsupported("CumSum: scalar input")
-    return ctx.add("prefix_scan_sum", [x], axis=normalize_axis(axis[0], x.shape.ndim()),
-                   exclusive=bool(node.attr("exclusive", 0)), reverse=bool(node.attr("reverse", 0)))
-
+    return ctx.add(
+        "prefix_scan_sum",
+        [x],
+        axis=normalize_axis(axis[0], x.shape.ndim()),
+        exclusive=bool(node.attr("exclusive", 0)),
+        reverse=bool(node.attr("reverse", 0)),
+    )

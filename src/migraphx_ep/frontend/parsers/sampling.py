@@ -50,8 +50,11 @@ def parse_grid_sample(ctx: ParseContext, node: NodeDesc, args):
         raise Unsupported("GridSample grid type differs from the input's")
     old = ctx.opset < 20
     mode = text(node, "mode", "bilinear" if old else "linear")
-    names = {"bilinear": "linear", "bicubic": "cubic", "nearest": "nearest"} if old else {
-        m: m for m in ("linear", "cubic", "nearest")}
+    names = (
+        {"bilinear": "linear", "bicubic": "cubic", "nearest": "nearest"}
+        if old
+        else {m: m for m in ("linear", "cubic", "nearest")}
+    )
     if mode not in names:
         raise Unsupported(f"GridSample mode {mode!r} at opset {ctx.opset}")
     pad = text(node, "padding_mode", "zeros")
@@ -67,8 +70,13 @@ def parse_grid_sample(ctx: ParseContext, node: NodeDesc, args):
         raise Unsupported(f"GridSample of rank {rank} with mode {mode}")
     if grid.shape.ndim() != rank or grid.shape.lens[0] != x.shape.lens[0] or grid.shape.lens[-1] != rank - 2:
         raise Unsupported(f"GridSample grid dims {list(grid.shape.lens)} for input {list(x.shape.lens)}")
-    return ctx.add("grid_sample", [x, grid], mode=names[mode], padding_mode=pad,
-                   align_corners=bool(node.attr("align_corners", 0)))
+    return ctx.add(
+        "grid_sample",
+        [x, grid],
+        mode=names[mode],
+        padding_mode=pad,
+        align_corners=bool(node.attr("align_corners", 0)),
+    )
 
 
 @onnx_op("RoiAlign", min_opset=10)
@@ -88,9 +96,16 @@ def parse_roi_align(ctx: ParseContext, node: NodeDesc, args):
     oh, ow = int(node.attr("output_height", 1)), int(node.attr("output_width", 1))
     if sr < 0 or oh < 1 or ow < 1:
         raise Unsupported(f"RoiAlign sampling_ratio {sr} / output {oh}x{ow}")
-    return ctx.add("roi_align", [x, rois, bi], mode=mode, output_height=oh, output_width=ow,
-                   sampling_ratio=sr, spatial_scale=float(node.attr("spatial_scale", 1.0)),
-                   half_pixel=ctm == "half_pixel")
+    return ctx.add(
+        "roi_align",
+        [x, rois, bi],
+        mode=mode,
+        output_height=oh,
+        output_width=ow,
+        sampling_ratio=sr,
+        spatial_scale=float(node.attr("spatial_scale", 1.0)),
+        half_pixel=ctm == "half_pixel",
+    )
 
 
 @onnx_op("MaxRoiPool")
@@ -104,5 +119,9 @@ def parse_max_roi_pool(ctx: ParseContext, node: NodeDesc, args):
     pooled = node.attr("pooled_shape")
     if pooled is None or len(pooled) != 2 or min(pooled) < 1:
         raise Unsupported(f"MaxRoiPool pooled_shape {pooled}")
-    return ctx.add("max_roi_pool", [x, rois], pooled_shape=[int(v) for v in pooled],
-                   spatial_scale=float(node.attr("spatial_scale", 1.0)))
+    return ctx.add(
+        "max_roi_pool",
+        [x, rois],
+        pooled_shape=[int(v) for v in pooled],
+        spatial_scale=float(node.attr("spatial_scale", 1.0)),
+    )
