@@ -8,11 +8,11 @@ import os
 import numpy as np
 import onnxruntime as ort
 import pytest
-from conftest import make_model, node_providers, profiled_options, tensor
 from onnx import TensorProto as T
 from onnx import helper as oh
 
 import migraphx_ep  # noqa: F401 - registers and routes the EP
+from conftest import make_model, node_providers, profiled_options, tensor
 
 EP = "MIGraphXExecutionProvider"
 RNG = np.random.default_rng(7)
@@ -20,8 +20,9 @@ RNG = np.random.default_rng(7)
 
 def session(model: bytes, options: dict | None = None, profile: bool = True) -> ort.InferenceSession:
     so = profiled_options() if profile else ort.SessionOptions()
-    return ort.InferenceSession(model, so, providers=[(EP, {"migraphx_target": "ref", **(options or {})}),
-                                                      "CPUExecutionProvider"])
+    return ort.InferenceSession(
+        model, so, providers=[(EP, {"migraphx_target": "ref", **(options or {})}), "CPUExecutionProvider"]
+    )
 
 
 def cpu(model: bytes, feeds: dict) -> list[np.ndarray]:
@@ -31,8 +32,12 @@ def cpu(model: bytes, feeds: dict) -> list[np.ndarray]:
 def mlp() -> bytes:
     w1 = oh.make_tensor("w1", T.FLOAT, [8, 16], RNG.standard_normal(128).astype(np.float32).tolist())
     w2 = oh.make_tensor("w2", T.FLOAT, [16, 4], RNG.standard_normal(64).astype(np.float32).tolist())
-    nodes = [oh.make_node("MatMul", ["x", "w1"], ["h"]), oh.make_node("Relu", ["h"], ["r"]),
-             oh.make_node("MatMul", ["r", "w2"], ["z"]), oh.make_node("Softmax", ["z"], ["y"], axis=-1)]
+    nodes = [
+        oh.make_node("MatMul", ["x", "w1"], ["h"]),
+        oh.make_node("Relu", ["h"], ["r"]),
+        oh.make_node("MatMul", ["r", "w2"], ["z"]),
+        oh.make_node("Softmax", ["z"], ["y"], axis=-1),
+    ]
     return make_model(nodes, [tensor("x", T.FLOAT, ["N", 8])], [tensor("y", T.FLOAT, ["N", 4])], [w1, w2])
 
 
@@ -56,9 +61,14 @@ def test_new_input_shapes_give_right_answers():
 def test_unsupported_node_in_the_middle_falls_back_and_stays_right(caplog):
     # NonZero has a data-dependent output shape: the compiler refuses it, ORT's CPU EP runs it, and the
     # nodes on both sides still run on our EP (two partitions), with the right answer.
-    nodes = [oh.make_node("Relu", ["x"], ["r"]), oh.make_node("NonZero", ["r"], ["nz"]),
-             oh.make_node("Cast", ["nz"], ["nzf"], to=T.FLOAT), oh.make_node("ReduceSum", ["nzf"], ["s"], keepdims=0),
-             oh.make_node("Mul", ["r", "r"], ["m"]), oh.make_node("Add", ["m", "s"], ["y"])]
+    nodes = [
+        oh.make_node("Relu", ["x"], ["r"]),
+        oh.make_node("NonZero", ["r"], ["nz"]),
+        oh.make_node("Cast", ["nz"], ["nzf"], to=T.FLOAT),
+        oh.make_node("ReduceSum", ["nzf"], ["s"], keepdims=0),
+        oh.make_node("Mul", ["r", "r"], ["m"]),
+        oh.make_node("Add", ["m", "s"], ["y"]),
+    ]
     model = make_model(nodes, [tensor("x", T.FLOAT, [4, 5])], [tensor("y", T.FLOAT, [4, 5])])
     with caplog.at_level(logging.WARNING, logger="migraphx_ep"):
         s = session(model)
@@ -72,7 +82,9 @@ def test_unsupported_node_in_the_middle_falls_back_and_stays_right(caplog):
 
 def test_run_time_error_in_python_surfaces_as_ort_error():
     nodes = [oh.make_node("Gather", ["x", "i"], ["y"], axis=0)]
-    model = make_model(nodes, [tensor("x", T.FLOAT, [3, 2]), tensor("i", T.INT64, [2])], [tensor("y", T.FLOAT, [2, 2])])
+    model = make_model(
+        nodes, [tensor("x", T.FLOAT, [3, 2]), tensor("i", T.INT64, [2])], [tensor("y", T.FLOAT, [2, 2])]
+    )
     s = session(model, profile=False)
     x = np.ones((3, 2), np.float32)
     np.testing.assert_array_equal(s.run(None, {"x": x, "i": np.array([0, -1])})[0], x[[0, -1]])
@@ -115,12 +127,14 @@ def test_save_then_load_compiled_model(tmp_path, caplog):
     path = str(tmp_path / "m.mxr")
     model = mlp()
     x = RNG.standard_normal((2, 8)).astype(np.float32)
-    first = session(model, {"migraphx_save_compiled_model": "1", "migraphx_save_compiled_path": path},
-                    profile=False).run(None, {"x": x})[0]
+    first = session(
+        model, {"migraphx_save_compiled_model": "1", "migraphx_save_compiled_path": path}, profile=False
+    ).run(None, {"x": x})[0]
     assert os.path.isfile(path)
     with caplog.at_level(logging.INFO, logger="migraphx_ep"):
-        again = session(model, {"migraphx_load_compiled_model": "1", "migraphx_load_compiled_path": path},
-                        profile=False).run(None, {"x": x})[0]
+        again = session(
+            model, {"migraphx_load_compiled_model": "1", "migraphx_load_compiled_path": path}, profile=False
+        ).run(None, {"x": x})[0]
     assert f"loaded compiled program from {path}" in caplog.text
     np.testing.assert_array_equal(first, again)
 
@@ -128,12 +142,14 @@ def test_save_then_load_compiled_model(tmp_path, caplog):
 def test_compiled_model_for_another_model_is_not_run(tmp_path, caplog):
     path = str(tmp_path / "m.mxr")
     x = RNG.standard_normal((2, 8)).astype(np.float32)
-    session(mlp(), {"migraphx_save_compiled_model": "1", "migraphx_save_compiled_path": path},
-            profile=False).run(None, {"x": x})
+    session(
+        mlp(), {"migraphx_save_compiled_model": "1", "migraphx_save_compiled_path": path}, profile=False
+    ).run(None, {"x": x})
     other = mlp()  # same structure, different random weights: a different model
     with caplog.at_level(logging.INFO, logger="migraphx_ep"):
-        got = session(other, {"migraphx_load_compiled_model": "1", "migraphx_load_compiled_path": path},
-                      profile=False).run(None, {"x": x})[0]
+        got = session(
+            other, {"migraphx_load_compiled_model": "1", "migraphx_load_compiled_path": path}, profile=False
+        ).run(None, {"x": x})[0]
     assert "compiled for a different model" in caplog.text and "loaded compiled" not in caplog.text
     np.testing.assert_allclose(got, cpu(other, {"x": x})[0], rtol=1e-5, atol=1e-6)
 
@@ -144,8 +160,11 @@ def test_corrupt_compiled_model_is_reported_and_recompiled(tmp_path, caplog):
     model = mlp()
     x = RNG.standard_normal((2, 8)).astype(np.float32)
     with caplog.at_level(logging.WARNING, logger="migraphx_ep"):
-        got = session(model, {"migraphx_load_compiled_model": "1", "migraphx_load_compiled_path": str(path)},
-                      profile=False).run(None, {"x": x})[0]
+        got = session(
+            model,
+            {"migraphx_load_compiled_model": "1", "migraphx_load_compiled_path": str(path)},
+            profile=False,
+        ).run(None, {"x": x})[0]
     assert str(path) in caplog.text and "compiling" in caplog.text
     np.testing.assert_allclose(got, cpu(model, {"x": x})[0], rtol=1e-5, atol=1e-6)
 

@@ -12,9 +12,9 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 import pytest
-from conftest import node_providers, profiled_options
 
 import migraphx_ep  # noqa: F401 - registers and routes the EP
+from conftest import node_providers, profiled_options
 from migraphx_ep.testing import LIGHT_MODELS, light_expected_output, light_input, light_model
 
 EP = "MIGraphXExecutionProvider"
@@ -26,8 +26,10 @@ def feeds_for(model: onnx.ModelProto, batch: int, seq: int, seed: int = 0) -> di
     out = {}
     for vi in model.graph.input:
         tt = vi.type.tensor_type
-        dims = [d.dim_value if d.HasField("dim_value") else (batch if i == 0 else seq)
-                for i, d in enumerate(tt.shape.dim)]
+        dims = [
+            d.dim_value if d.HasField("dim_value") else (batch if i == 0 else seq)
+            for i, d in enumerate(tt.shape.dim)
+        ]
         dt = onnx.helper.tensor_dtype_to_np_dtype(tt.elem_type)
         if "mask" in vi.name:
             m = np.ones(dims, dt)
@@ -43,8 +45,9 @@ def feeds_for(model: onnx.ModelProto, batch: int, seq: int, seed: int = 0) -> di
 
 def run_both(blob: bytes, feeds: dict) -> tuple[list, list, dict]:
     want = ort.InferenceSession(blob, providers=["CPUExecutionProvider"]).run(None, feeds)
-    s = ort.InferenceSession(blob, profiled_options(), providers=[(EP, {"migraphx_target": "ref"}),
-                                                                   "CPUExecutionProvider"])
+    s = ort.InferenceSession(
+        blob, profiled_options(), providers=[(EP, {"migraphx_target": "ref"}), "CPUExecutionProvider"]
+    )
     got = s.run(None, feeds)
     return got, want, node_providers(s)
 
@@ -61,8 +64,12 @@ def test_exported_model(name):
     for g, w in zip(got, want, strict=True):
         assert g.dtype == w.dtype and g.shape == w.shape
         # fp16: both runtimes round differently inside (ORT fuses, we round per op); fp32 is tight.
-        np.testing.assert_allclose(g.astype(np.float64), w.astype(np.float64),
-                                   rtol=2e-2 if fp16 else 1e-4, atol=2e-2 if fp16 else 1e-5)
+        np.testing.assert_allclose(
+            g.astype(np.float64),
+            w.astype(np.float64),
+            rtol=2e-2 if fp16 else 1e-4,
+            atol=2e-2 if fp16 else 1e-5,
+        )
 
 
 @pytest.mark.parametrize("name", LIGHT_MODELS)

@@ -196,7 +196,8 @@ def main(argv: list[str] | None = None) -> int:
     print(
         f"cases {len(results)}, ORT-runnable {runnable}: claimed-correct {good} "
         f"({100.0 * good / max(runnable, 1):.1f}%), partial-correct {counts['partial-correct']}, "
-        f"claimed-wrong {counts['claimed-wrong']}, as-ort-cpu {counts['as-ort-cpu']}, ep-error {counts['ep-error']}, "
+        f"claimed-wrong {counts['claimed-wrong']}, as-ort-cpu {counts['as-ort-cpu']}, "
+        f"ep-error {counts['ep-error']}, "
         f"refused {counts['refused']}, "
         f"not-runnable {counts['not-runnable']} ({time.time() - t0:.0f} s)"
     )

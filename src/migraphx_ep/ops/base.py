@@ -53,45 +53,30 @@ class BinaryOp(Op):
             return np.asarray(type(self).fn(args[0], args[1])).astype(out.dtype, copy=False)
 
 
+def _define(family: type, name: str, fn: Callable, cpp: str, types, result_type: DType | None) -> type:
+    """Make and register a ``family`` op class named ``name`` for the module two frames up."""
+    body = {
+        "__annotations__": {},
+        "__module__": sys._getframe(2).f_globals["__name__"],  # the defining module, not base
+        "name": name,
+        "fn": staticmethod(fn),
+        "cpp": cpp,
+        "types": frozenset(types),
+        "result_type": result_type,
+    }
+    cls = type(name.title().replace("_", ""), (family,), body)
+    return register_op(dataclasses.dataclass(frozen=True)(cls))
+
+
 def unary(
     name: str, fn: Callable, cpp: str = "", types=NUMERIC_TYPES, result_type: DType | None = None
 ) -> type:
     """Define and register an elementwise unary op in one line."""
-    cls = dataclasses.dataclass(frozen=True)(
-        type(
-            name.title().replace("_", ""),
-            (UnaryOp,),
-            {
-                "__annotations__": {},
-                "__module__": sys._getframe(1).f_globals["__name__"],  # the defining module, not base
-                "name": name,
-                "fn": staticmethod(fn),
-                "cpp": cpp,
-                "types": frozenset(types),
-                "result_type": result_type,
-            },
-        )
-    )
-    return register_op(cls)
+    return _define(UnaryOp, name, fn, cpp, types, result_type)
 
 
 def binary(
     name: str, fn: Callable, cpp: str = "", types=NUMERIC_TYPES, result_type: DType | None = None
 ) -> type:
     """Define and register an elementwise binary op in one line."""
-    cls = dataclasses.dataclass(frozen=True)(
-        type(
-            name.title().replace("_", ""),
-            (BinaryOp,),
-            {
-                "__annotations__": {},
-                "__module__": sys._getframe(1).f_globals["__name__"],  # the defining module, not base
-                "name": name,
-                "fn": staticmethod(fn),
-                "cpp": cpp,
-                "types": frozenset(types),
-                "result_type": result_type,
-            },
-        )
-    )
-    return register_op(cls)
+    return _define(BinaryOp, name, fn, cpp, types, result_type)

@@ -14,7 +14,6 @@ import numpy as np
 from ..ir.dtypes import FLOAT_TYPES
 from ..ir.operation import Op, register_op
 from ..ir.shape import Shape, ShapeError, check_shapes
-from .pointwise import NARROW_FLOATS
 
 
 @dataclasses.dataclass(frozen=True)
