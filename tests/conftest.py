@@ -155,7 +155,8 @@ def profiled_options():
 
     so = ort.SessionOptions()
     so.enable_profiling = True
-    so.profile_file_prefix = os.path.join(tempfile.gettempdir(), "migraphx_ep_test_profile")
+    # A fresh directory per session: ORT names profiles by timestamp, which parallel workers can share.
+    so.profile_file_prefix = os.path.join(tempfile.mkdtemp(prefix="migraphx_ep_profile_"), "profile")
     return so
 
 

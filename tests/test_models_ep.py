@@ -80,9 +80,11 @@ def test_light_model_random_weights(name):
     np.testing.assert_allclose(got[0], want[0], rtol=1e-4, atol=1e-5)
 
 
-@pytest.mark.parametrize("name", ["squeezenet", "bvlc_alexnet"])
+@pytest.mark.parametrize("name", ["squeezenet"])
 def test_light_model_shipped_weights_and_output(name):
-    # The shipped graph (ConstantOfShape weights) and its shipped expected output.
+    # The shipped graph (ConstantOfShape weights) and its shipped expected output. Not AlexNet: its
+    # constant weights drive the logits to ~3e10, where a float32 ulp is ~4096, so any change of
+    # summation order (another BLAS build) turns the uniform softmax into a peaked one.
     model = light_model(name, randomize=False)
     feeds = {k: np.zeros_like(v) for k, v in light_input(model).items()}
     got, _, placed = run_both(model.SerializeToString(), feeds)
