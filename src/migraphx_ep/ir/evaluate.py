@@ -17,8 +17,11 @@ class RunError(RuntimeError):
     """A program was run with missing, extra or mis-shaped inputs."""
 
 
-def check_params(module: Module, params: dict[str, np.ndarray]) -> None:
-    expected = module.get_parameter_shapes()
+def check_params(
+    module: Module, params: dict[str, np.ndarray], expected: dict[str, Shape] | None = None
+) -> None:
+    """``expected`` (the module's parameter shapes) may be passed in by callers that cache it."""
+    expected = module.get_parameter_shapes() if expected is None else expected
     missing = sorted(set(expected) - set(params))
     if missing:
         raise RunError(f"missing input(s) {missing}; expected {sorted(expected)}")
@@ -30,7 +33,7 @@ def check_params(module: Module, params: dict[str, np.ndarray]) -> None:
             raise RunError(f"input {name!r}: expected element type {shape.dtype}, got {arr.dtype}")
 
 
-def _last_uses(module: Module) -> dict[int, list[Instruction]]:
+def last_uses(module: Module) -> dict[int, list[Instruction]]:
     """Map position → values whose last reader is the instruction at that position."""
     last: dict[int, int] = {}
     pos = {id(ins): n for n, ins in enumerate(module.instructions)}
@@ -44,9 +47,12 @@ def _last_uses(module: Module) -> dict[int, list[Instruction]]:
     return drop
 
 
-def run_module(module: Module, params: dict[str, np.ndarray]) -> list[np.ndarray]:
+def run_module(
+    module: Module, params: dict[str, np.ndarray], drop: dict[int, list[Instruction]] | None = None
+) -> list[np.ndarray]:
+    """``drop`` is ``last_uses(module)``; executables compute it once instead of on every run."""
     values: dict[int, np.ndarray] = {}
-    drop = _last_uses(module)
+    drop = last_uses(module) if drop is None else drop
     result: list[np.ndarray] | None = None
     for n, ins in enumerate(module.instructions):
         op = ins.op

@@ -79,7 +79,7 @@ class Program:
     def run_numpy(self, params: Mapping[str, Any]) -> list[np.ndarray]:
         arrays = {k: np.asarray(v) for k, v in params.items()}
         main = self.get_main_module()
-        check_params(main, arrays)
+        check_params(main, arrays, getattr(self._exe, "param_shapes", None))
         if self._exe is None:
             return run_module(main, arrays)
         return self._exe.run(arrays)
