@@ -38,6 +38,7 @@ def test_every_documented_option_is_accepted():
         "migraphx_max_dynamic_batch": "8",
         "migraphx_max_compiled_models": "4",
         "migraphx_target": "ref",
+        "migraphx_tf32_enable": "0",
     }
     o = parse_options(values, {})
     assert (o.device_id, o.fp16_enable, o.save_compiled_path, o.mem_limit) == (1, True, "/tmp/a.mxr", 1048576)

@@ -182,5 +182,6 @@ class CompiledSubgraph:
                     self.value_inputs = sorted(set(self.value_inputs) | set(new))
         else:  # pragma: no cover - each round adds an input, so the loop ends first
             raise RuntimeError(f"{self.name}: value specialisation did not settle")
-        outs = prog.run_numpy(dict(zip(self.input_names, inputs, strict=True)))
+        # The C++ shell copies the results into ORT's output tensors before this thread runs again.
+        outs = prog.run_numpy(dict(zip(self.input_names, inputs, strict=True)), borrow_outputs=True)
         return [np.asarray(o) for o in outs]

@@ -100,7 +100,7 @@ SPECS: list[Spec] = [
         "device_id",
         None,
         "working",
-        "validated; selects the GPU once the gpu target exists",
+        "selects the GPU; a device that does not exist is an error",
     ),
     Spec("fp16_enable", _bool, "migraphx_fp16_enable", "ORT_MIGRAPHX_FP16_ENABLE", "working"),
     Spec("bf16_enable", _bool, "migraphx_bf16_enable", "ORT_MIGRAPHX_BF16_ENABLE", "working"),
@@ -153,8 +153,8 @@ SPECS: list[Spec] = [
         _bool,
         "migraphx_exhaustive_tune",
         "ORT_MIGRAPHX_EXHAUSTIVE_TUNE",
-        "not yet",
-        "nothing to tune on the ref target",
+        "working",
+        "gpu target: times cuBLASLt candidates instead of taking the heuristic's first",
     ),
     Spec("mem_limit", _int(0), "migraphx_mem_limit", None, "not yet", "no device arena yet"),
     Spec(
@@ -191,6 +191,14 @@ SPECS: list[Spec] = [
         "working",
     ),
     Spec("target", _target, "migraphx_target", "ORT_MIGRAPHX_TARGET", "working"),
+    Spec(
+        "tf32_enable",
+        _bool,
+        "migraphx_tf32_enable",
+        "ORT_MIGRAPHX_TF32_ENABLE",
+        "working",
+        "fp32 GEMM/conv may use TF32 tensor cores (default on, like ORT CUDA EP's use_tf32)",
+    ),
     Spec("dump_model_ops", _bool, None, "ORT_MIGRAPHX_DUMP_MODEL_OPS", "working"),
 ]
 
@@ -230,6 +238,7 @@ class EpOptions:
     max_dynamic_batch: int = 0
     max_compiled_models: int = 16
     target: str = "auto"
+    tf32_enable: bool = True
     dump_model_ops: bool = False
     given: frozenset[str] = field(default=frozenset(), compare=False)  # fields set by the user
 
@@ -242,6 +251,8 @@ class EpOptions:
             "int8": self.int8_enable,
             "target": self.target,
             "tune": self.exhaustive_tune,
+            "tf32": self.tf32_enable,
+            "device": self.device_id,
         }
 
 

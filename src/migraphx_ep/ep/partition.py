@@ -8,9 +8,13 @@ compiler has already translated once: the parser is the single source of truth.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from ..frontend.parser import parse_graph, probe_dims, topo_order
+from ..ir.instruction import Instruction
+
+Check = Callable[[Instruction], "str | None"]
 
 MAX_ROUNDS = 8
 
@@ -102,11 +106,13 @@ def convex_groups(nodes: list[dict], supported: set[int]) -> list[list[int]]:
     return [g for g in groups.values() if g]
 
 
-def partition(graph: dict) -> Partition:
-    """Probe-parse, group, then re-probe with group boundaries until claims are stable."""
+def partition(graph: dict, check: Check | None = None) -> Partition:
+    """Probe-parse, group, then re-probe with group boundaries until claims are stable.
+
+    ``check`` is the target's veto on single instructions (the gpu target's missing kernels)."""
     nodes = graph["nodes"]
     all_idx = {n["index"] for n in nodes}
-    probe0 = parse_graph(graph, resolve_dim=probe_dims(), tolerant=True, specialize=True)
+    probe0 = parse_graph(graph, resolve_dim=probe_dims(), tolerant=True, specialize=True, check=check)
     refused: dict[int, str] = dict(probe0.refused)
     groups: list[list[int]] = []
     for _ in range(MAX_ROUNDS):
@@ -119,6 +125,7 @@ def partition(graph: dict) -> Partition:
             claimed=set(group_of),
             group_of=group_of,
             specialize=True,
+            check=check,
         )
         newly = {i: r for i, r in probe.refused.items() if i in group_of}
         if not newly:

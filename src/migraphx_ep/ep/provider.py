@@ -21,17 +21,21 @@ EP_NAME = "MIGraphXExecutionProvider"
 
 
 def resolve_target(options: EpOptions) -> str:
-    """``auto`` means gpu where a usable one exists, else ref (with a notice)."""
+    """``auto`` means gpu where a usable one exists, else ref (with a notice). A ``device_id`` that
+    names no GPU on a machine that has GPUs is an error, never a silent switch to another device."""
     if options.target == "ref":
         return "ref"
-    try:
-        get_target("gpu")
+    from ..targets.gpu import gpu_available
+
+    reason = gpu_available(options.device_id)
+    if reason is None:
         return "gpu"
-    except TargetError as e:
-        if options.target == "gpu":
-            raise TargetError(f"migraphx_target=gpu was requested but {e}") from None
-        log.info("%s: no usable GPU target (%s); compiling for the ref target", EP_NAME, e)
-        return "ref"
+    if options.target == "gpu" or (options.device_id != 0 and "does not exist" in reason):
+        raise TargetError(
+            f"{EP_NAME}: the gpu target cannot run with device_id={options.device_id}: {reason}"
+        )
+    log.info("%s: no usable GPU target (%s); compiling for the ref target", EP_NAME, reason)
+    return "ref"
 
 
 class MIGraphXEp:
@@ -44,7 +48,12 @@ class MIGraphXEp:
 
     # -- GetCapability --------------------------------------------------------------------------
     def get_capability(self, graph: dict) -> list[list[int]]:
-        part = partition(graph)
+        check = None
+        if self.target_name == "gpu":
+            from ..targets.gpu.lowering import instruction_supported
+
+            check = instruction_supported
+        part = partition(graph, check)
         self.last_partition = {"groups": part.groups, "refused": part.refused}
         nodes = {n["index"]: n for n in graph["nodes"]}
         if self.options.dump_model_ops:
@@ -82,7 +91,26 @@ class MIGraphXEp:
             quantize_fp16(prog)
         elif options.bf16_enable:
             quantize_bf16(prog)
-        prog.compile(get_target(self.target_name), exhaustive_tune=options.exhaustive_tune)
+        if self.target_name != "gpu":
+            prog.compile(self.target(), exhaustive_tune=options.exhaustive_tune)
+            return
+        from ..targets.gpu.kernels.spec import Unsupported
+
+        backup = prog.clone()
+        try:
+            prog.compile(self.target(), exhaustive_tune=options.exhaustive_tune)
+        except Unsupported as e:
+            # Only reachable for nodes claimed before their input values were known (value
+            # specialisation): the partition could not ask the gpu target then. Right answers on the
+            # ref target beat a failed Run; the warning names what ran there.
+            log.warning("%s: %s; this subgraph runs on the ref target (CPU) instead", EP_NAME, e)
+            prog.modules, prog._exe, prog.target_name = backup.modules, None, None
+            prog.compile(get_target("ref"))
+
+    def target(self):
+        if self.target_name == "gpu":
+            return get_target("gpu", device_id=self.options.device_id, allow_tf32=self.options.tf32_enable)
+        return get_target(self.target_name)
 
     def compile(self, graph: dict, fused_node_name: str) -> CompiledSubgraph:
         c = CompiledSubgraph(

@@ -90,8 +90,12 @@ class GraphParser:
         group_of: dict[int, int] | None = None,
         specialize: bool = False,
         input_values: dict[str, np.ndarray] | None = None,
+        check: Callable[[Instruction], str | None] | None = None,
     ) -> None:
         self.program = program
+        # A target's veto (the partition probe for the gpu target): a node any of whose instructions
+        # the target cannot run is refused with the target's reason.
+        self.check = check
         # Value specialisation: with `specialize`, small static inputs a parser needs as constants are
         # noted (needs_values) instead of refusing the node; `input_values` then supplies them.
         self.specialize = specialize
@@ -170,7 +174,10 @@ class GraphParser:
             try:
                 if self.claimed is not None and desc.index not in self.claimed:
                     raise Unsupported("not in this partition")
+                before = len(module.instructions)
                 outs = self._parse_node(desc, module, get, infos)
+                if self.check is not None:
+                    self._veto(module, len(module.instructions) - before)
             except NeedsValue as e:
                 if not self.tolerant:
                     raise ParseNeedsValue(f"node {desc.label()}: {e}", e.names) from None
@@ -227,6 +234,14 @@ class GraphParser:
             if oname:
                 _check_declared(oname, ins, infos.get(oname))
         return outs
+
+    def _veto(self, module: Module, added: int) -> None:
+        # New instructions are appended (literals go first, but those always run), so the last
+        # `added` hold every new one; re-checking an older one there is harmless.
+        for ins in module.instructions[len(module.instructions) - added :] if added > 0 else ():
+            reason = self.check(ins)  # type: ignore[misc]
+            if reason is not None:
+                raise Unsupported(reason)
 
     def _parse_subgraph_for(self, module: Module, get: Callable | None = None) -> SubgraphParser:
         """The subgraph parser for nodes of ``module``; ``get`` resolves names visible in its graph.
@@ -434,10 +449,13 @@ def parse_graph(
     group_of: dict[int, int] | None = None,
     specialize: bool = False,
     input_values: dict[str, np.ndarray] | None = None,
+    check: Callable[[Instruction], str | None] | None = None,
 ) -> ParseResult:
     prog = Program()
     main = prog.get_main_module()
-    gp = GraphParser(prog, input_shapes, resolve_dim, tolerant, claimed, group_of, specialize, input_values)
+    gp = GraphParser(
+        prog, input_shapes, resolve_dim, tolerant, claimed, group_of, specialize, input_values, check
+    )
     outs = gp.parse(graph, main)
     ret = [outs[n] for n in graph["outputs"] if outs.get(n) is not None]
     main.add_return(ret)

@@ -76,12 +76,16 @@ class Program:
         self._exe = t.compile(self, CompileOptions(offload_copy, fast_math, exhaustive_tune))
         self.target_name = t.name
 
-    def run_numpy(self, params: Mapping[str, Any]) -> list[np.ndarray]:
+    def run_numpy(self, params: Mapping[str, Any], borrow_outputs: bool = False) -> list[np.ndarray]:
+        """``borrow_outputs``: the caller copies the results before its thread runs this program again,
+        so an executable may return views of its own staging memory (the gpu target's pinned buffers)."""
         arrays = {k: np.asarray(v) for k, v in params.items()}
         main = self.get_main_module()
         check_params(main, arrays, getattr(self._exe, "param_shapes", None))
         if self._exe is None:
             return run_module(main, arrays)
+        if borrow_outputs and getattr(self._exe, "borrows_outputs", False):
+            return self._exe.run(arrays, borrow=True)  # type: ignore[call-arg]
         return self._exe.run(arrays)
 
     def run(self, params: Mapping[str, Any]) -> list[Argument]:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from .ref import RefTarget
 
 
@@ -9,11 +11,17 @@ class TargetError(ValueError):
     """An unknown target name, or a target this machine cannot provide."""
 
 
-def get_target(name: str):
+def get_target(name: str, **options: Any):
+    """``options`` reach the gpu target (``device_id``, ``allow_tf32``); ref takes none."""
     if name == "ref":
         return RefTarget()
     if name == "gpu":
-        raise TargetError("target 'gpu' is not available yet in this build (use 'ref')")
+        from .gpu import GpuTarget, GpuUnavailable
+
+        try:
+            return GpuTarget(**options)
+        except GpuUnavailable as e:
+            raise TargetError(f"target 'gpu' is not available: {e}") from None
     raise TargetError(f"unknown target {name!r}; valid targets: 'ref', 'gpu'")
 
 

@@ -1,0 +1,65 @@
+"""What a generated kernel is, and the expression trees that fused pointwise kernels are built from.
+
+The contract between the lowering (``targets/gpu/lowering.py``) and the generators in this package:
+
+* A generator gets IR shapes. Input shapes may be any strided view (transposed, broadcast with stride
+  0, sliced); the lowering has already offset the pointer for a slice. The output shape's strides say
+  where each element goes (usually standard, sometimes a permuted layout such as NHWC).
+* The kernel's parameters are exactly one pointer per input, in order, then one per output. Sizes and
+  strides are compile-time constants in the source, so the source is specific to its shapes and the
+  same shapes give byte-identical source (NVRTC's cache is keyed by that source).
+* Half and bfloat16 values are loaded to float, computed in float and rounded back to the IR type at
+  every op boundary, which is what the ref target does (it evaluates narrow floats in float32 and
+  rounds each op's result).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Union
+
+from ....ir.dtypes import DType
+from ....ir.operation import Op
+
+
+@dataclass(frozen=True)
+class KernelSpec:
+    name: str  # the extern "C" symbol
+    source: str  # complete CUDA C++: includes nothing, starts with the prelude
+    grid: tuple[int, int, int]
+    block: tuple[int, int, int]
+    shared_bytes: int = 0  # dynamic shared memory
+    n_inputs: int = 1
+    n_outputs: int = 1
+
+
+@dataclass(frozen=True)
+class PwInput:
+    """Element of the fused kernel's ``index``-th input (its strides come from the input's Shape)."""
+
+    index: int
+
+
+@dataclass(frozen=True)
+class PwConst:
+    """A scalar constant (a literal that was broadcast); ``value`` is a Python number or bool."""
+
+    value: float | int | bool
+    type: DType
+
+
+@dataclass(frozen=True)
+class PwOp:
+    """``op`` (an IR pointwise op: add, erf, convert, where, clip, ...) applied to ``args``; its result
+    element type is ``type`` (the IR instruction's)."""
+
+    op: Op
+    args: tuple[PwExpr, ...]
+    type: DType
+
+
+PwExpr = Union[PwInput, PwConst, PwOp]  # noqa: UP007 - a runtime alias, used in isinstance checks
+
+
+class Unsupported(Exception):  # noqa: N818 - matches frontend.table.Unsupported
+    """A generator cannot make a kernel for this op/shape/type; the message says why."""

@@ -1,0 +1,563 @@
+"""Lowering: an IR module becomes a flat list of device steps over planned buffers.
+
+Order of decisions (MIGraphX's ``lowering`` + ``fuse_pointwise`` + ``fuse_ops`` in one walk):
+1. patterns (``patterns.py``) claim groups: layernorm rows, GEMM and convolution epilogues;
+2. every other pointwise instruction whose only reader is another pointwise instruction is inlined
+   into that reader, so a chain like GELU becomes one kernel; one-element constants become literals
+   in the kernel source;
+3. views (transpose, broadcast, slice, ...) produce no step: a value is (storage, byte offset, strided
+   shape), and kernels read through the strides;
+4. each remaining instruction becomes one step: a generated kernel, a cuBLASLt GEMM or a cuDNN conv.
+Storages then get arena offsets from ``memory.plan``.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ...ir.dtypes import DType
+from ...ir.instruction import Instruction
+from ...ir.module import Module
+from ...ir.operation import ModuleOp, Op
+from ...ir.shape import Shape
+from . import kernels as K
+from .kernels.spec import KernelSpec, PwConst, PwExpr, PwInput, PwOp, Unsupported
+from .memory import Storage, plan
+from .patterns import Group, is_view, match_conv, match_gemm, match_layernorm, only_user, scalar_value
+
+log = logging.getLogger("migraphx_ep.gpu")
+
+GEMM_TYPES = frozenset({DType.float_type, DType.half_type, DType.bf16_type, DType.double_type})
+# Where a convolution's bias/residual/relu run: in cuDNN's fused call ("cudnn"), or as one generated
+# pointwise kernel after a plain cuDNN convolution ("kernel").
+_CONV_EPILOGUE = os.environ.get("MIGRAPHX_EP_CONV_EPILOGUE", "cudnn")
+# cuBLASLt has bias/residual epilogues for these; double GEMMs run plain with separate adds.
+EPILOGUE_TYPES = frozenset({DType.float_type, DType.half_type, DType.bf16_type})
+
+
+@dataclass(eq=False)
+class Buf:
+    """Where a value lives: ``offset`` bytes into ``storage``, laid out as ``shape`` (strides in elements)."""
+
+    storage: Storage
+    offset: int
+    shape: Shape
+
+
+@dataclass(eq=False)
+class Step:
+    label: str
+    reads: list[Buf]
+    writes: list[Buf]
+
+
+@dataclass(eq=False)
+class KernelStep(Step):
+    spec: KernelSpec = None  # type: ignore[assignment]
+    # What the kernel computes, for the numpy step simulator (``simulate.py``) and debugging:
+    # a pointwise expression, or the op (with ``args`` = extra attributes such as layernorm's).
+    expr: PwExpr | None = None
+    op: Op | None = None
+    args: dict = field(default_factory=dict)
+
+
+@dataclass(eq=False)
+class GemmStep(Step):
+    """D = A @ B (+ bias row) (+ C) over ``batch`` matrices; layouts are (row, col, batch) strides."""
+
+    dtype: DType = DType.float_type
+    batch: int = 1
+    m: int = 0
+    n: int = 0
+    k: int = 0
+    layouts: tuple = ()  # (a, b, c) each (row_stride, col_stride, batch_stride)
+    has_bias: bool = False
+    has_residual: bool = False
+    relu: bool = False
+    conv_op: Op | None = None  # set when this GEMM is a 1x1 convolution (for the generated fallback)
+
+
+@dataclass(eq=False)
+class ConvStep(Step):
+    op: Op = None  # type: ignore[assignment]
+    has_bias: bool = False
+    has_residual: bool = False
+    relu: bool = False
+
+
+@dataclass
+class Lowered:
+    steps: list[Step]
+    storages: list[Storage]
+    inputs: dict[str, Buf]  # parameter name -> its copied-in buffer
+    outputs: list[Buf | np.ndarray]  # a device buffer, or a constant computed at compile time
+    weights: list[Storage] = field(default_factory=list)
+
+
+class Lowering:
+    def __init__(
+        self, module: Module, use_blas: bool, use_dnn: bool, channels_last: bool | None = None
+    ) -> None:
+        self.m = module
+        # NHWC activations for 2-D convolutions (tensor-core kernels want them); None = decide per model.
+        self.channels_last = channels_last
+        self.use_blas = use_blas
+        self.use_dnn = use_dnn
+        self.bufs: dict[int, Buf] = {}
+        self.steps: list[Step] = []
+        self.storages: list[Storage] = []
+        self.weights: list[Storage] = []
+        self.inputs: dict[str, Buf] = {}
+        self.groups: dict[int, Group] = {}  # root id -> group
+        self.covered: set[int] = set()
+        self.inlined: set[int] = set()
+        self._n = 0
+
+    # -- analysis ---------------------------------------------------------------------------------------
+    def _analyse(self) -> None:
+        for ins in self.m.instructions:
+            if id(ins) in self.covered:
+                continue
+            g = None
+            if ins.name == "reduce_mean":
+                g = match_layernorm(ins)
+            elif ins.name == "dot" and self.use_blas and ins.shape.type in EPILOGUE_TYPES:
+                g = match_gemm(ins)
+            elif ins.name == "convolution" and self._conv_on_dnn(ins) and _CONV_EPILOGUE != "kernel":
+                g = match_conv(ins)
+            if g is not None and not any(id(c) in self.covered for c in g.covered):
+                self.covered.update(id(c) for c in g.covered)
+                self.groups[id(g.root)] = g
+        for ins in self.m.instructions:
+            if id(ins) in self.covered or not self._pointwise(ins):
+                continue
+            u = only_user(ins)
+            if u is not None and id(u) not in self.covered and self._pointwise(u) and not u.is_return():
+                self.inlined.add(id(ins))
+
+    def _pointwise(self, ins: Instruction) -> bool:
+        if ins.name not in K.POINTWISE_OPS or ins.module_args:
+            return False
+        return K.pointwise_supported(ins.op, [a.shape.type for a in ins.inputs]) is None
+
+    def _conv_on_dnn(self, ins: Instruction) -> bool:
+        if not self.use_dnn or ins.shape.type not in GEMM_TYPES or ins.shape.ndim() not in (3, 4, 5):
+            return False
+        pad = ins.op.padding  # type: ignore[attr-defined]
+        k = len(pad) // 2
+        return tuple(pad[:k]) == tuple(pad[k:])
+
+    # -- storage ----------------------------------------------------------------------------------------
+    def _new(self, shape: Shape, label: str, nhwc: bool = False) -> Buf:
+        if nhwc and self.channels_last and shape.ndim() == 4:
+            shape = nhwc_shape(shape)
+        st = Storage(shape.bytes(), "arena", label=label)
+        self.storages.append(st)
+        return Buf(st, 0, shape)
+
+    def _weight(self, value: np.ndarray, label: str) -> Buf:
+        arr = np.ascontiguousarray(value).reshape(np.shape(value))  # keeps 0-d values 0-d
+        st = Storage(arr.nbytes, "weight", value=arr, label=label)
+        self.weights.append(st)
+        return Buf(st, 0, Shape.of(arr))
+
+    def _name(self, ins: Instruction) -> str:
+        self._n += 1
+        return f"k{self._n}_{ins.name}"
+
+    # -- walking ------------------------------------------------------------------------------------------
+    def run(self) -> Lowered:
+        self._analyse()
+        if self.channels_last is None:
+            self.channels_last = _want_channels_last(self.m, self.use_dnn)
+        ret = None
+        for ins in self.m.instructions:
+            if ins.is_return():
+                ret = ins
+                continue
+            if id(ins) in self.inlined or (id(ins) in self.covered and id(ins) not in self.groups):
+                continue
+            self._lower(ins)
+        outs: list[Buf | np.ndarray] = []
+        returned = ret.inputs if ret is not None else [self.m.instructions[-1]]
+        seen: set[int] = set()
+        for r in returned:
+            if r.is_literal():
+                outs.append(np.array(r.op.value))  # type: ignore[attr-defined]
+                continue
+            b = self.bufs[id(r)]
+            if not b.shape.standard() or b.storage.kind != "arena" or id(b.storage) in seen or b.offset:
+                b = self._copy(b, "output")
+            seen.add(id(b.storage))
+            outs.append(b)
+        return Lowered(self.steps, self.storages, self.inputs, outs, self.weights)
+
+    def _lower(self, ins: Instruction) -> None:
+        if ins.is_param():
+            b = self._new(ins.shape.as_standard(), f"input {ins.op.parameter}")  # type: ignore[attr-defined]
+            b.storage.kind = "input"
+            self.inputs[ins.op.parameter] = b  # type: ignore[attr-defined]
+            self.bufs[id(ins)] = b
+        elif ins.is_literal():
+            self.bufs[id(ins)] = self._weight(ins.op.value, "literal")  # type: ignore[attr-defined]
+        elif is_view(ins):
+            self.bufs[id(ins)] = self._view(ins)
+        elif id(ins) in self.groups:
+            g = self.groups[id(ins)]
+            getattr(self, f"_group_{g.kind}")(g)
+        elif self._pointwise(ins):
+            self._fused_pointwise(ins)
+        elif ins.name == "reshape" or ins.name == "flatten" or ins.name == "contiguous":
+            src = self._copy(self.bufs[id(ins.inputs[0])], ins.name)
+            self.bufs[id(ins)] = Buf(src.storage, 0, ins.shape)
+        elif ins.name == "dot":
+            self._dot(ins)
+        elif ins.name == "convolution" and self._conv_on_dnn(ins):
+            self._conv(Group("conv", ins, [ins], {"bias": None, "residual": None, "relu": False}))
+        elif isinstance(ins.op, ModuleOp) or ins.module_args:
+            raise Unsupported(f"{ins.name}: control flow does not run on the gpu target")
+        else:
+            self._generic(ins)
+
+    def _view(self, ins: Instruction) -> Buf:
+        src = self.bufs[id(ins.inputs[0])]
+        if src.shape != ins.inputs[0].shape and ins.op.output_alias([src.shape]) != 0:
+            # The buffer's layout (e.g. NHWC) is not one this view can reinterpret: copy it standard.
+            src = self._copy(src, ins.name)
+        offset = src.offset
+        if ins.name == "slice":
+            bounds = ins.op._bounds(ins.inputs[0].shape)  # type: ignore[attr-defined]
+            offset += (
+                sum(b * s for (b, _), s in zip(bounds, src.shape.strides, strict=True))
+                * src.shape.type_size()
+            )
+        # The op's shape is relative to its input's layout; recompute it from the buffer's real strides
+        # (equal unless the input was re-laid out by a copy).
+        shape = ins.op.compute_shape([src.shape]) if src.shape != ins.inputs[0].shape else ins.shape
+        return Buf(src.storage, offset, shape)
+
+    def _read(self, ins: Instruction) -> Buf:
+        return self.bufs[id(ins)]
+
+    def _emit(self, step: Step) -> None:
+        self.steps.append(step)
+
+    def _conv_as_gemm(self, g: Group, x: Buf, w: Buf) -> None:
+        """NHWC pixels x filters: D[N*H*W, K] = X[N*H*W, C] @ W[K, C]^T, bias/residual/relu in the
+        cuBLASLt epilogue; D is the output's NHWC buffer, so nothing is copied."""
+        if not _is_nhwc(x.shape):
+            x = self._relayout(x, "conv input")
+        n, c, h, wd = x.shape.lens
+        k = g.root.shape.lens[1]
+        if not w.shape.standard():
+            w = self._copy(w, "conv weight")
+        reads = [x, w]
+        if g.args["bias"] is not None:
+            reads.append(self._read(g.args["bias"]))
+        if g.args["residual"] is not None:
+            r = self._read(g.args["residual"])
+            reads.append(r if _is_nhwc(r.shape) else self._relayout(r, "residual"))
+        out = self._new(g.root.shape.as_standard(), "conv", nhwc=True)
+        m = n * h * wd
+        layouts = ((c, 1, 0), (1, c, 0), (k, 1, 0))
+        label = (
+            f"conv 1x1 as gemm {m}x{k}x{c}"
+            + "".join(f" +{a}" for a in ("bias", "residual") if g.args[a] is not None)
+            + (" +relu" if g.args["relu"] else "")
+        )
+        step = GemmStep(
+            label, reads, [out], dtype=g.root.shape.type, batch=1, m=m, n=k, k=c, layouts=layouts,
+            has_bias=g.args["bias"] is not None, has_residual=g.args["residual"] is not None,
+            relu=g.args["relu"], conv_op=g.covered[0].op,
+        )  # fmt: skip
+        self._emit(step)
+        self.bufs[id(g.root)] = out
+
+    def _relayout(self, src: Buf, label: str) -> Buf:
+        """A copy of ``src`` in NHWC layout."""
+        out = self._new(src.shape.as_standard(), label, nhwc=True)
+        expr = PwOp(_IDENTITY, (PwInput(0),), src.shape.type)
+        spec = K.pointwise_kernel(f"k{len(self.steps)}_nhwc", expr, [src.shape], out.shape)
+        self._emit(KernelStep(f"to NHWC ({label})", [src], [out], spec=spec, expr=expr))
+        return out
+
+    def _nhwc_weight(self, ins: Instruction, w: Buf) -> Buf:
+        """Filters in KRSC order: transposed once on the host when constant, else by a copy kernel."""
+        if _is_nhwc(w.shape):
+            return w
+        base = ins
+        if base.is_literal() and w.shape.standard():
+            value = np.asarray(base.op.value)  # type: ignore[attr-defined]
+            krsc = np.ascontiguousarray(value.transpose(0, 2, 3, 1))
+            buf = self._weight(krsc, "conv weight (KRSC)")
+            return Buf(buf.storage, 0, nhwc_shape(w.shape))
+        return self._relayout(w, "conv weight")
+
+    def _copy(self, src: Buf, label: str) -> Buf:
+        out = self._new(src.shape.as_standard(), label)
+        expr = PwOp(_IDENTITY, (PwInput(0),), src.shape.type)
+        spec = K.pointwise_kernel(f"k{len(self.steps)}_copy", expr, [src.shape], out.shape)
+        self._emit(KernelStep(f"copy ({label})", [src], [out], spec=spec, expr=expr))
+        return out
+
+    # -- pointwise ------------------------------------------------------------------------------------------
+    def _fused_pointwise(self, root: Instruction) -> None:
+        inputs: list[Buf] = []
+        index: dict[int, int] = {}
+
+        def build(ins: Instruction) -> PwExpr:
+            if id(ins) in self.inlined or ins is root:
+                return PwOp(ins.op, tuple(build(a) for a in ins.inputs), ins.shape.type)
+            v = scalar_value(ins)
+            if v is not None:
+                return PwConst(v, ins.shape.type)
+            key = id(ins)
+            if key not in index:
+                index[key] = len(inputs)
+                inputs.append(self._read(ins))
+            return PwInput(index[key])
+
+        expr = build(root)
+        nhwc = any(_is_nhwc(b.shape) and b.shape.lens == root.shape.lens for b in inputs)
+        out = self._new(root.shape.as_standard(), root.name, nhwc)
+        spec = K.pointwise_kernel(self._name(root), expr, [b.shape for b in inputs], out.shape)
+        self._emit(KernelStep(f"pointwise {root.name}", inputs, [out], spec=spec, expr=expr))
+        self.bufs[id(root)] = out
+
+    def _generic(self, ins: Instruction) -> None:
+        args = [self._read(a) for a in ins.inputs]
+        keeps_layout = ins.name in ("pooling", "pad") and _is_nhwc(args[0].shape)
+        out = self._new(ins.shape.as_standard(), ins.name, keeps_layout)
+        spec = K.kernel_for(self._name(ins), ins.op, [a.shape for a in args], out.shape)
+        self._emit(KernelStep(ins.name, args, [out], spec=spec, op=ins.op))
+        self.bufs[id(ins)] = out
+
+    # -- groups ----------------------------------------------------------------------------------------------
+    def _group_layernorm(self, g: Group) -> None:
+        a = g.args
+        x = self._read(a["x"])
+        reads = [x]
+        scale = self._read(a["scale"]) if a["scale"] is not None else None
+        bias = self._read(a["bias"]) if a["bias"] is not None else None
+        reads += [b for b in (scale, bias) if b is not None]
+        out = self._new(g.root.shape.as_standard(), "layernorm")
+        spec = K.layernorm_kernel(
+            self._name(g.root),
+            x.shape,
+            scale.shape if scale else None,
+            bias.shape if bias else None,
+            out.shape,
+            a["axis"],
+            float(a["eps"]),
+        )
+        info = {"axis": a["axis"], "eps": float(a["eps"])}
+        info.update(scale=scale is not None, bias=bias is not None)
+        self._emit(KernelStep("layernorm", reads, [out], spec=spec, args=info))
+        self.bufs[id(g.root)] = out
+
+    def _group_gemm(self, g: Group) -> None:
+        self._dot(g.covered[0], g)
+
+    def _group_conv(self, g: Group) -> None:
+        self._conv(g)
+
+    # -- GEMM ----------------------------------------------------------------------------------------------
+    def _dot(self, ins: Instruction, g: Group | None = None) -> None:
+        a, b = (self._read(x) for x in ins.inputs)
+        if not self.use_blas or ins.shape.type not in GEMM_TYPES:
+            out = self._new(ins.shape.as_standard(), "dot")
+            spec = K.gemm_kernel(self._name(ins), a.shape, b.shape, out.shape)
+            self._emit(KernelStep("dot (generated)", [a, b], [out], spec=spec, op=ins.op))
+            self.bufs[id(ins)] = out
+            return
+        *batch_lens, m, k = a.shape.lens
+        n = b.shape.lens[-1]
+        batch = int(np.prod(batch_lens)) if batch_lens else 1
+        a = self._matrix_ready(a)
+        b = self._matrix_ready(b)
+        la, lb = _layout(a.shape), _layout(b.shape)
+        out_shape = (g.root if g else ins).shape.as_standard()
+        out = self._new(out_shape, "gemm")
+        lc = (n, 1, m * n)
+        # One big GEMM instead of `batch` small ones when B is shared and A's rows are evenly spaced.
+        if batch > 1 and lb[2] == 0 and la[1] == 1 and la[2] == m * la[0]:
+            m, batch = m * batch, 1
+            la = (la[0], 1, 0)
+            lc = (n, 1, 0)
+        reads = [a, b]
+        has_bias = has_res = False
+        if g is not None and g.args["bias"] is not None:
+            reads.append(self._read(g.args["bias"]))
+            has_bias = True
+        if g is not None and g.args["residual"] is not None:
+            reads.append(self._read(g.args["residual"]))
+            has_res = True
+        step = GemmStep(
+            f"gemm {batch}x{m}x{n}x{k}" + (" +bias" if has_bias else "") + (" +residual" if has_res else ""),
+            reads, [out], dtype=ins.shape.type, batch=batch, m=m, n=n, k=k, layouts=(la, lb, lc),
+            has_bias=has_bias, has_residual=has_res,
+        )  # fmt: skip
+        self._emit(step)
+        self.bufs[id(g.root if g else ins)] = out
+
+    def _matrix_ready(self, buf: Buf) -> Buf:
+        """A buffer cuBLASLt can read: batch dims collapse to one stride and a matrix dim is unit-stride."""
+        if _layout(buf.shape) is None:
+            return self._copy(buf, "gemm operand")
+        return buf
+
+    # -- convolution -----------------------------------------------------------------------------------------
+    def _conv(self, g: Group) -> None:
+        conv = g.covered[0]
+        x, w = (self._read(a) for a in conv.inputs)
+        if self.channels_last and self.use_blas and _pointwise_conv(conv):
+            return self._conv_as_gemm(g, x, w)
+        if self.channels_last and x.shape.ndim() == 4:
+            if not _is_nhwc(x.shape):
+                x = self._relayout(x, "conv input")
+            w = self._nhwc_weight(conv.inputs[1], w)
+        reads = [x, w]
+        if g.args["bias"] is not None:
+            reads.append(self._read(g.args["bias"]))
+        if g.args["residual"] is not None:
+            reads.append(self._read(g.args["residual"]))
+        out = self._new(g.root.shape.as_standard(), "conv", nhwc=True)
+        label = (
+            "conv"
+            + "".join(f" +{k}" for k in ("bias", "residual") if g.args[k] is not None)
+            + (" +relu" if g.args["relu"] else "")
+        )
+        self._emit(
+            ConvStep(
+                label, reads, [out], op=conv.op, has_bias=g.args["bias"] is not None,
+                has_residual=g.args["residual"] is not None, relu=g.args["relu"],
+            )
+        )  # fmt: skip
+        self.bufs[id(g.root)] = out
+
+
+def nhwc_shape(s: Shape) -> Shape:
+    """``s`` (logical NCHW dims) laid out channels-last: the strides of an NHWC buffer."""
+    n, c, h, w = s.lens
+    return Shape(s.type, s.lens, (h * w * c, 1, w * c, c))
+
+
+def _is_nhwc(s: Shape) -> bool:
+    return s.ndim() == 4 and s.lens[1] > 1 and s.strides == nhwc_shape(s).strides and not s.standard()
+
+
+def _want_channels_last(m: Module, use_dnn: bool) -> bool:
+    """NHWC pays off where tensor cores run the convolutions (half, bf16, and fp32 through TF32), and
+    makes 1x1 convolutions plain GEMMs. ``MIGRAPHX_EP_NHWC=0`` turns it off."""
+
+    mode = os.environ.get("MIGRAPHX_EP_NHWC", "auto")
+    if mode == "0" or not use_dnn:
+        return False
+    convs = [i for i in m.instructions if i.name == "convolution" and i.shape.ndim() == 4]
+    if not convs:
+        return False
+    # Measured on an H200 (ResNet-50): NHWC beat NCHW in fp32 (TF32) as well as fp16, at batch 1 and 32.
+    return mode == "1" or all(i.shape.type in GEMM_TYPES for i in convs)
+
+
+def _pointwise_conv(conv: Instruction) -> bool:
+    """A 1x1, stride-1, unpadded, ungrouped 2-D convolution: in NHWC it is one GEMM."""
+    w = conv.inputs[1].shape
+    op = conv.op
+    return (
+        conv.shape.ndim() == 4
+        and conv.shape.type in EPILOGUE_TYPES
+        and w.lens[2:] == (1, 1)
+        and op.group == 1  # type: ignore[attr-defined]
+        and not any(op.padding)  # type: ignore[attr-defined]
+        and all(s == 1 for s in op.stride)  # type: ignore[attr-defined]
+        and all(d == 1 for d in op.dilation)  # type: ignore[attr-defined]
+    )
+
+
+def _collapse(lens: tuple[int, ...], strides: tuple[int, ...]) -> int | None:
+    """The single stride that walks these (batch) dims in order, 0 if broadcast, None if there is none."""
+    dims = [(n, s) for n, s in zip(lens, strides, strict=True) if n != 1]
+    if not dims:
+        return 0
+    if all(s == 0 for _, s in dims):
+        return 0
+    for (_, s1), (n2, s2) in zip(dims, dims[1:], strict=False):
+        if s1 != s2 * n2:
+            return None
+    return dims[-1][1]
+
+
+def _layout(s: Shape) -> tuple[int, int, int] | None:
+    """(row, col, batch) strides of a batched matrix view, or None when cuBLASLt cannot read it."""
+    *blens, rows, cols = s.lens
+    *bstr, rs, cs = s.strides
+    bs = _collapse(tuple(blens), tuple(bstr))
+    if bs is None:
+        return None
+    if rows == 1:
+        rs = cols if cs == 1 else max(rs, 1)
+    if cols == 1:
+        cs = rows if rs == 1 else max(cs, 1)
+    if cs == 1 and rs >= cols and rs > 0:
+        return (rs, 1, bs)
+    if rs == 1 and cs >= rows and cs > 0:
+        return (1, cs, bs)
+    return None
+
+
+def _identity_op() -> Op:
+    from ...ir.operation import OPS
+
+    return OPS["identity"]()
+
+
+_IDENTITY = _identity_op()
+
+
+def instruction_supported(ins: Instruction) -> str | None:
+    """None when the gpu target can lower ``ins`` alone; else why not (the partitioner's question)."""
+    if ins.is_param() or ins.is_literal() or ins.is_return() or is_view(ins):
+        return None
+    if isinstance(ins.op, ModuleOp) or ins.module_args:
+        return f"{ins.name}: control flow does not run on the gpu target"
+    if ins.name in ("dot", "convolution", "reshape", "flatten", "contiguous"):
+        if ins.name == "convolution" and ins.shape.type not in GEMM_TYPES:
+            return K.supported(ins.op, [a.shape for a in ins.inputs], ins.shape)
+        if ins.name == "dot" and ins.shape.type not in GEMM_TYPES:
+            return K.supported(ins.op, [a.shape for a in ins.inputs], ins.shape)
+        return None
+    if ins.name in K.POINTWISE_OPS:
+        return K.pointwise_supported(ins.op, [a.shape.type for a in ins.inputs])
+    return K.supported(ins.op, [a.shape for a in ins.inputs], ins.shape)
+
+
+def plan_lowered(lowered: Lowered) -> int:
+    """Give every storage its lifetime (in steps) and arena offset; returns the arena's size."""
+    steps = lowered.steps
+    for st in lowered.storages:
+        st.first, st.last = (-1, -1) if st.kind == "input" else (len(steps), -1)
+    for i, step in enumerate(steps):
+        for b in step.writes:
+            b.storage.first = min(b.storage.first, i)
+            b.storage.last = max(b.storage.last, i)
+        for b in step.reads:
+            b.storage.last = max(b.storage.last, i)
+    for o in lowered.outputs:
+        if isinstance(o, Buf):
+            o.storage.last = len(steps)
+    for st in lowered.storages:
+        if st.first > st.last:  # written and never read: it still needs its own bytes
+            st.last = st.first
+    return plan(lowered.storages)
+
+
+def lower(module: Module, use_blas: bool, use_dnn: bool, channels_last: bool | None = None) -> Lowered:
+    return Lowering(module, use_blas, use_dnn, channels_last).run()
+
+
+__all__ = ["Buf", "ConvStep", "GemmStep", "KernelStep", "Lowered", "Step", "instruction_supported", "lower"]

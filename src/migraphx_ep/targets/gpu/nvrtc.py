@@ -1,0 +1,98 @@
+"""Run-time compilation of generated CUDA C++ to device code (NVRTC), cached by source hash.
+
+Sources are self-contained: they include no CUDA headers (NVRTC wheels ship none), so the prelude in
+``kernels/prelude.py`` defines the few helpers kernels need. A compiled image is keyed by a hash of the
+source, the architecture and the options, in memory and, when ``MIGRAPHX_EP_KERNEL_CACHE`` names a
+folder, on disk, so a second compile of the same kernel costs a dictionary lookup.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import threading
+from pathlib import Path
+
+from .backend import nvrtc
+
+_CACHE: dict[str, bytes] = {}
+_LOCK = threading.Lock()
+DEFAULT_OPTIONS = ("--std=c++17", "-default-device")
+
+
+class KernelCompileError(RuntimeError):
+    """NVRTC rejected a generated kernel: the message holds its log and the source's first lines."""
+
+
+def _check(result: tuple, what: str) -> tuple:
+    err = result[0]
+    if int(err) != 0:
+        raise KernelCompileError(f"nvrtc {what} failed: {err!r}")
+    return result[1:]
+
+
+def source_key(source: str, arch: str, options: tuple[str, ...] = ()) -> str:
+    h = hashlib.sha256()
+    for part in (source, arch, *DEFAULT_OPTIONS, *options):
+        h.update(part.encode())
+        h.update(b"\0")
+    return h.hexdigest()
+
+
+def _disk_dir() -> Path | None:
+    d = os.environ.get("MIGRAPHX_EP_KERNEL_CACHE", "")
+    return Path(d) if d else None
+
+
+def compile_source(source: str, arch: str, name: str = "kernel", options: tuple[str, ...] = ()) -> bytes:
+    """Device code (a cubin for ``arch`` such as ``sm_90``) for ``source``, compiled at most once."""
+    key = source_key(source, arch, options)
+    with _LOCK:
+        hit = _CACHE.get(key)
+    if hit is not None:
+        return hit
+    disk = _disk_dir()
+    if disk is not None and (disk / f"{key}.cubin").is_file():
+        image = (disk / f"{key}.cubin").read_bytes()
+    else:
+        image = _compile(source, arch, name, options)
+        if disk is not None:
+            disk.mkdir(parents=True, exist_ok=True)
+            tmp = disk / f"{key}.{os.getpid()}.tmp"
+            tmp.write_bytes(image)
+            os.replace(tmp, disk / f"{key}.cubin")
+    with _LOCK:
+        _CACHE[key] = image
+    return image
+
+
+def _compile(source: str, arch: str, name: str, options: tuple[str, ...]) -> bytes:
+    (prog,) = _check(nvrtc.nvrtcCreateProgram(source.encode(), f"{name}.cu".encode(), 0, [], []), "create")
+    try:
+        opts = [f"--gpu-architecture={arch}".encode(), *(o.encode() for o in DEFAULT_OPTIONS)]
+        opts += [o.encode() for o in options]
+        (err,) = nvrtc.nvrtcCompileProgram(prog, len(opts), opts)
+        if int(err) != 0:
+            (size,) = _check(nvrtc.nvrtcGetProgramLogSize(prog), "log size")
+            log = b" " * size
+            nvrtc.nvrtcGetProgramLog(prog, log)
+            head = "\n".join(source.splitlines()[:40])
+            raise KernelCompileError(
+                f"kernel {name!r} does not compile for {arch}:\n{log.decode(errors='replace')}\n"
+                f"-- source (first lines) --\n{head}"
+            )
+        (size,) = _check(nvrtc.nvrtcGetCUBINSize(prog), "cubin size")
+        image = b" " * size
+        _check(nvrtc.nvrtcGetCUBIN(prog, image), "get cubin")
+        return image
+    finally:
+        nvrtc.nvrtcDestroyProgram(prog)
+
+
+def nvrtc_available() -> str | None:
+    """None when NVRTC loads, else why not."""
+    try:
+        _check(nvrtc.nvrtcVersion(), "version")
+    except Exception as e:  # noqa: BLE001 - a missing library shows up as several error types
+        return f"NVRTC is not usable: {e}"
+    return None

@@ -1,0 +1,141 @@
+"""Run a lowered program's steps with numpy over a simulated arena: no GPU needed.
+
+Every decision the lowering makes that is not inside a kernel's source — fusion groups, views and
+their byte offsets, strides (NHWC included), GEMM layouts and batch folding, epilogues, and the
+memory plan's reuse of arena bytes — shows up here exactly as it would on the device. Tests compare
+the result with the ref target, so those decisions are checked in CI on machines without a GPU.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ...ir.dtypes import to_numpy
+from ...ops.nn import matmul
+from .kernels.spec import PwConst, PwExpr, PwInput, PwOp
+from .lowering import Buf, ConvStep, GemmStep, KernelStep, Lowered, plan_lowered
+from .memory import align, check_plan
+
+
+class Memory:
+    def __init__(self, lowered: Lowered) -> None:
+        self.arena = np.zeros(max(plan_lowered(lowered), 1), np.uint8)
+        check_plan([s for s in lowered.storages])
+        total = 0
+        for w in lowered.weights:
+            w.offset = total
+            total += align(max(w.nbytes, 1))
+        self.weights = np.zeros(max(total, 1), np.uint8)
+        for w in lowered.weights:
+            raw = np.asarray(w.value).reshape(-1).view(np.uint8)
+            self.weights[w.offset : w.offset + raw.size] = raw
+
+    def view(self, b: Buf) -> np.ndarray:
+        base = self.weights if b.storage.kind == "weight" else self.arena
+        dt = to_numpy(b.shape.type)
+        start = b.storage.offset + b.offset
+        flat = base[start:]
+        flat = flat[: flat.size // dt.itemsize * dt.itemsize]
+        return np.lib.stride_tricks.as_strided(
+            flat.view(dt),
+            shape=b.shape.lens,
+            strides=[s * dt.itemsize for s in b.shape.strides],
+        )
+
+
+def _eval(expr: PwExpr, args: list[np.ndarray], lens: tuple[int, ...]) -> np.ndarray:
+    if isinstance(expr, PwInput):
+        return args[expr.index]
+    if isinstance(expr, PwConst):
+        return np.full(lens, expr.value, to_numpy(expr.type))
+    assert isinstance(expr, PwOp)
+    vals = [_eval(a, args, lens) for a in expr.args]
+    out_shape = _shape(expr, lens)
+    return np.asarray(expr.op.compute(out_shape, vals))
+
+
+def _shape(expr: PwOp, lens: tuple[int, ...]):
+    from ...ir.shape import Shape
+
+    return Shape(expr.type, lens)
+
+
+def _layernorm(x: np.ndarray, scale, bias, axis: int, eps: float, dt) -> np.ndarray:
+    xf = x.astype(np.float64 if dt == np.float64 else np.float32)
+    axes = tuple(range(axis, x.ndim))
+    mean = xf.mean(axis=axes, keepdims=True)
+    var = ((xf - mean) ** 2).mean(axis=axes, keepdims=True)
+    y = (xf - mean) / np.sqrt(var + eps)
+    if scale is not None:
+        y = y * scale
+    if bias is not None:
+        y = y + bias
+    return y.astype(dt)
+
+
+def run_steps(lowered: Lowered, params: dict[str, np.ndarray]) -> list[np.ndarray]:
+    mem = Memory(lowered)
+    for name, b in lowered.inputs.items():
+        mem.view(b)[...] = params[name]
+    for s in lowered.steps:
+        args = [np.array(mem.view(b)) for b in s.reads]
+        out = s.writes[0]
+        dt = to_numpy(out.shape.type)
+        if isinstance(s, KernelStep) and s.expr is not None:
+            res = _eval(s.expr, args, out.shape.lens)
+        elif isinstance(s, KernelStep) and s.args.get("axis") is not None and s.label == "layernorm":
+            it = iter(args[1:])
+            scale = next(it) if s.args["scale"] else None
+            bias = next(it) if s.args["bias"] else None
+            res = _layernorm(args[0], scale, bias, s.args["axis"], s.args["eps"], dt)
+        elif isinstance(s, KernelStep):
+            res = s.op.compute(out.shape.as_standard(), args)  # type: ignore[union-attr]
+        elif isinstance(s, GemmStep):
+            _gemm(s, mem, args)
+            continue
+        elif isinstance(s, ConvStep):
+            res = s.op.compute(out.shape.as_standard(), args[:2])
+            rest = args[2:]
+            acc = res.astype(np.float32) if res.dtype != np.float64 else res
+            if s.has_bias:
+                b = rest.pop(0)
+                acc = acc + b
+            if s.has_residual:
+                acc = acc + rest.pop(0)
+            if s.relu:
+                acc = np.maximum(acc, 0)
+            res = acc.astype(dt)
+        else:  # pragma: no cover
+            raise TypeError(s)
+        mem.view(out)[...] = np.asarray(res).reshape(out.shape.lens)
+    outs = []
+    for o in lowered.outputs:
+        outs.append(o.copy() if isinstance(o, np.ndarray) else np.array(mem.view(o)))
+    return outs
+
+
+def _gemm(s: GemmStep, mem: Memory, args: list[np.ndarray]) -> np.ndarray | None:
+    """Read A, B (and C) and write D through the step's own (row, col, batch) layouts, as cuBLASLt
+    does; the bias is a contiguous row vector at its buffer's address. Returns None (D is written)."""
+    (ra, ca, ba), (rb, cb, bb), (rc, cc, bc) = s.layouts
+    dt = to_numpy(s.dtype)
+
+    def mats(buf: Buf, rows: int, cols: int, r: int, c: int, bstride: int) -> np.ndarray:
+        base = mem.view(Buf(buf.storage, buf.offset, buf.shape.as_standard().with_lens([1])))
+        return np.lib.stride_tricks.as_strided(
+            base, shape=(s.batch, rows, cols), strides=[x * dt.itemsize for x in (bstride, r, c)]
+        )
+
+    a = np.array(mats(s.reads[0], s.m, s.k, ra, ca, ba))
+    b = np.array(mats(s.reads[1], s.k, s.n, rb, cb, bb))
+    acc = matmul(a, b, np.float64 if dt == np.float64 else np.float32)
+    rest = list(s.reads[2:])
+    if s.has_bias:
+        acc = acc + np.array(mats(rest.pop(0), 1, s.n, 0, 1, 0))
+    if s.has_residual:
+        acc = acc + np.array(mats(rest.pop(0), s.m, s.n, rc, cc, bc))
+    if s.relu:
+        acc = np.maximum(acc, 0)
+    d = mats(s.writes[0], s.m, s.n, rc, cc, bc)
+    d[...] = acc.astype(dt)
+    return None

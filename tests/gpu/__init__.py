@@ -1,0 +1,1 @@
+"""GPU tests (marker ``gpu``); a package so its conftest does not shadow tests/conftest.py."""
