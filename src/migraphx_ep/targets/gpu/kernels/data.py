@@ -1,0 +1,422 @@
+"""Data movement kernels: gather, gather_elements, concat, pad, onehot, trilu, prefix_scan_sum.
+
+Each thread computes output elements (walked in the output's memory order, so stores coalesce) from the
+output's logical index. Pure copies move raw bits (``raw_type``), so they work for every element type,
+float8 included. An index outside its dimension is a run-time error in the ref; a kernel cannot raise,
+so it clamps the index instead (never reading outside the tensor).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ....ir.dtypes import DType, to_numpy
+from ....ir.operation import Op
+from ....ir.shape import Shape
+from .prelude import (
+    BLOCK,
+    PRELUDE,
+    c_type,
+    check_strides,
+    compute_type,
+    decompose,
+    grid_for,
+    index_type,
+    offset,
+    signature,
+    span,
+    walk,
+)
+from .reduce import acc_type, extreme
+from .spec import KernelSpec, Unsupported
+
+_RAW = {1: "u8", 2: "u16", 4: "u32", 8: "u64"}
+INDEX_TYPES = frozenset({DType.int32_type, DType.int64_type})
+
+
+def raw_type(t: DType) -> str:
+    """An unsigned type of ``t``'s size: copies move bits, whatever the element type."""
+    if DType(t) == DType.tuple_type:
+        raise Unsupported("tuple values have no elements")
+    return _RAW[to_numpy(t).itemsize]
+
+
+def raw_literal(value: float, t: DType) -> str:
+    """``value`` as ``t`` (numpy astype), spelled as the bits of ``raw_type(t)``."""
+    with np.errstate(all="ignore"):
+        bits = np.asarray(value).astype(to_numpy(t)).reshape(1).view(f"u{to_numpy(t).itemsize}")[0]
+    return f"(({raw_type(t)}){int(bits)}ull)"
+
+
+def out_digits(out: Shape, var: str, idx: str) -> tuple[list[str], list[str]]:
+    """C lines giving each logical output dim a digit ``o0..`` from ``var``, which walks ``out`` in
+    memory order (dims of length 1 get the digit 0)."""
+    order = sorted((d for d in range(out.ndim()) if out.lens[d] != 1), key=lambda d: -out.strides[d])
+    lines = decompose(var, [out.lens[d] for d in order], "p", idx)
+    digits = [f"(({idx})0)"] * out.ndim()
+    for k, d in enumerate(order):
+        digits[d] = f"p{k}"
+    return lines, digits
+
+
+def index_kernel(
+    name: str, ins: list[Shape], in_c: list[str], out: Shape, out_c: str, body: list[str]
+) -> KernelSpec:
+    """The grid-stride loop over ``out``'s elements; ``body`` sees ``o0..`` (the output's logical
+    index as ``{idx}``), ``oo`` (the output offset) and ``IDX``, and stores ``out0[oo]``."""
+    check_strides(out, *ins)
+    idx = index_type(span(out, *ins))
+    n = out.elements()
+    sig = signature(name, in_c, [out_c])
+    if n == 0:
+        return KernelSpec(name, PRELUDE + sig + " {}\n", (1, 1, 1), (BLOCK, 1, 1), 0, len(ins))
+    lines, digits = out_digits(out, "i", idx)
+    src = [f"  for ({idx} i = blockIdx.x * {BLOCK}u + threadIdx.x; i < {n}u; i += gridDim.x * {BLOCK}u) {{"]
+    src += [f"    {x}" for x in lines]
+    src += [f"    const {idx} o{d} = {g};" for d, g in enumerate(digits)]
+    src.append(f"    const {idx} oo = {offset([f'o{d}' for d in range(out.ndim())], out.strides, idx)};")
+    src += [f"    {x}" for x in body] + ["  }"]
+    text = PRELUDE + f"typedef {idx} IDX;\n" + sig + " {\n" + "\n".join(src) + "\n}\n"
+    return KernelSpec(name, text, grid_for(n), (BLOCK, 1, 1), 0, len(ins))
+
+
+def _index_value(ptr: str, off: str, n: int, j: str = "j") -> list[str]:
+    """Read an index into ``j``, wrap a negative one like the ref, clamp what the ref would reject."""
+    return [
+        f"i64 {j} = (i64){ptr}[{off}];",
+        f"if ({j} < 0) {j} += {n}ll;",
+        f"{j} = {j} < 0 ? 0 : ({j} >= {n}ll ? {max(n - 1, 0)}ll : {j});",
+    ]
+
+
+def gather_kernel(name: str, op: Op, data: Shape, indices: Shape, out: Shape) -> KernelSpec:
+    r = data.ndim()
+    a = op.axis % r  # type: ignore[attr-defined]
+    q = indices.ndim()
+    if indices.type not in INDEX_TYPES:
+        raise Unsupported(f"gather indices of type {indices.type.name}")
+    o = [f"o{d}" for d in range(out.ndim())]
+    ioff = offset(o[a : a + q], indices.strides, "IDX")
+    src = o[:a] + ["(IDX)j"] + o[a + q :]
+    body = _index_value("in1", ioff, data.lens[a])
+    body.append(f"out0[oo] = in0[{offset(src, data.strides, 'IDX')}];")
+    raw = raw_type(data.type)
+    return index_kernel(name, [data, indices], [raw, c_type(indices.type)], out, raw, body)
+
+
+def gather_elements_kernel(name: str, op: Op, data: Shape, indices: Shape, out: Shape) -> KernelSpec:
+    r = data.ndim()
+    a = op.axis % r  # type: ignore[attr-defined]
+    if indices.type not in INDEX_TYPES:
+        raise Unsupported(f"gather_elements indices of type {indices.type.name}")
+    o = [f"o{d}" for d in range(r)]
+    body = _index_value("in1", offset(o, indices.strides, "IDX"), data.lens[a])
+    src = o[:a] + ["(IDX)j"] + o[a + 1 :]
+    body.append(f"out0[oo] = in0[{offset(src, data.strides, 'IDX')}];")
+    raw = raw_type(data.type)
+    return index_kernel(name, [data, indices], [raw, c_type(indices.type)], out, raw, body)
+
+
+def gathernd_kernel(name: str, op: Op, data: Shape, indices: Shape, out: Shape) -> KernelSpec:
+    """ONNX GatherND: the last index dim holds ``k`` coordinates into data dims ``batch_dims..``."""
+    if indices.type not in INDEX_TYPES:
+        raise Unsupported(f"gathernd indices of type {indices.type.name}")
+    b, q = op.batch_dims, indices.ndim()  # type: ignore[attr-defined]
+    k = indices.lens[-1]
+    o = [f"o{d}" for d in range(out.ndim())]
+    body, src = [], o[:b]
+    for j in range(k):
+        ioff = offset([*o[: q - 1], f"{j}u"], indices.strides, "IDX")
+        body += _index_value("in1", ioff, data.lens[b + j], f"j{j}")
+        src.append(f"(IDX)j{j}")
+    src += o[q - 1 :]
+    body.append(f"out0[oo] = in0[{offset(src, data.strides, 'IDX')}];")
+    raw = raw_type(data.type)
+    return index_kernel(name, [data, indices], [raw, c_type(indices.type)], out, raw, body)
+
+
+def concat_kernel(name: str, op: Op, inputs: list[Shape], out: Shape) -> KernelSpec:
+    r = out.ndim()
+    a = op.axis % r  # type: ignore[attr-defined]
+    o = [f"o{d}" for d in range(r)]
+    body, start = [], 0
+    for k, s in enumerate(inputs):
+        n = s.lens[a]
+        if n == 0:
+            continue
+        src = o[:a] + [f"(o{a} - {start}u)"] + o[a + 1 :]
+        cond = "" if start + n == out.lens[a] else f"if (o{a} < {start + n}u) "
+        body.append(f"{'' if not body else 'else '}{cond}out0[oo] = in{k}[{offset(src, s.strides, 'IDX')}];")
+        start += n
+    raw = raw_type(out.type)
+    return index_kernel(name, inputs, [raw] * len(inputs), out, raw, body)
+
+
+def pad_kernel(name: str, op: Op, x: Shape, out: Shape) -> KernelSpec:
+    r = x.ndim()
+    pads, mode = op.pads, op.mode  # type: ignore[attr-defined]
+    body, src, inside = [], [], []
+    for d in range(r):
+        lo, n = pads[d], x.lens[d]
+        body.append(f"i64 i{d} = (i64)o{d} - {lo}ll;")
+        if mode == "constant":
+            if lo > 0 or pads[d + r] > 0:
+                inside.append(f"i{d} >= 0 && i{d} < {n}ll")
+        elif mode == "reflect":
+            body.append(f"i{d} = i{d} < 0 ? -i{d} : (i{d} >= {n}ll ? {2 * n - 2}ll - i{d} : i{d});")
+        elif mode == "edge":
+            body.append(f"i{d} = i{d} < 0 ? 0 : (i{d} >= {n}ll ? {n - 1}ll : i{d});")
+        else:  # wrap: pads are at most one period
+            body.append(f"i{d} = i{d} < 0 ? i{d} + {n}ll : (i{d} >= {n}ll ? i{d} - {n}ll : i{d});")
+        src.append(f"(IDX)i{d}")
+    load = f"in0[{offset(src, x.strides, 'IDX')}]"
+    if inside:
+        load = f"({' && '.join(inside)}) ? {load} : {raw_literal(op.value, x.type)}"  # type: ignore[attr-defined]
+    body.append(f"out0[oo] = {load};")
+    raw = raw_type(x.type)
+    return index_kernel(name, [x], [raw], out, raw, body)
+
+
+def onehot_kernel(name: str, op: Op, indices: Shape, values: Shape, out: Shape) -> KernelSpec:
+    """out[..., d, ...] = values[1] where int64(indices[...]) (wrapped once) == d, else values[0]."""
+    depth = op.depth  # type: ignore[attr-defined]
+    a = op.axis % out.ndim()  # type: ignore[attr-defined]
+    o = [f"o{d}" for d in range(out.ndim())]
+    flat = [np.unravel_index(k, values.lens) for k in range(2)]
+    off, on = (sum(int(i) * s for i, s in zip(f, values.strides, strict=True)) for f in flat)
+    ct = compute_type(indices.type)
+    conv = "(i64)x" if ct not in ("float", "double") else "mx_cvtt64(x)"
+    body = [
+        f"const {ct} x = mx_ld(in0[{offset(o[:a] + o[a + 1 :], indices.strides, 'IDX')}]);",
+        f"i64 j = {conv};",
+        f"if (j < 0) j += {depth}ll;",
+        f"out0[oo] = j == (i64)o{a} ? in1[{on}] : in1[{off}];",
+    ]
+    raw = raw_type(values.type)
+    return index_kernel(name, [indices, values], [c_type(indices.type), raw], out, raw, body)
+
+
+def trilu_kernel(name: str, op: Op, x: Shape, out: Shape) -> KernelSpec:
+    r = x.ndim()
+    k = op.k  # type: ignore[attr-defined]
+    cmp = ">=" if op.upper else "<="  # type: ignore[attr-defined]
+    o = [f"o{d}" for d in range(r)]
+    keep = f"(i64)o{r - 1} - (i64)o{r - 2} {cmp} {k}ll"
+    body = [f"out0[oo] = ({keep}) ? in0[{offset(o, x.strides, 'IDX')}] : ({raw_type(x.type)})0;"]
+    raw = raw_type(x.type)
+    return index_kernel(name, [x], [raw], out, raw, body)
+
+
+def reverse_kernel(name: str, op: Op, x: Shape, out: Shape) -> KernelSpec:
+    r = x.ndim()
+    axes = {a % r for a in op.axes}  # type: ignore[attr-defined]
+    src = [f"({x.lens[d] - 1}u - o{d})" if d in axes else f"o{d}" for d in range(r)]
+    raw = raw_type(x.type)
+    return index_kernel(name, [x], [raw], out, raw, [f"out0[oo] = in0[{offset(src, x.strides, 'IDX')}];"])
+
+
+def scan_kernel(name: str, op: Op, x: Shape, out: Shape) -> KernelSpec:
+    """Cumulative sum along ``op.axis``: a thread walks one row in order (numpy's cumsum is serial)."""
+    r = x.ndim()
+    a = op.axis % r  # type: ignore[attr-defined]
+    t = x.type
+    check_strides(x, out)
+    rows = walk([x, out], [d for d in range(r) if d != a], x.strides)
+    m, n, idx = rows.size(), x.lens[a], index_type(span(x, out))
+    acc = acc_type(t)
+    sig = signature(name, [c_type(t)], [c_type(out.type)])
+    if m == 0 or n == 0:
+        return KernelSpec(name, PRELUDE + sig + " {}\n", (1, 1, 1), (BLOCK, 1, 1))
+    lines, (bx, bo) = rows.offsets("row", "q", idx)
+    step_x, step_o = x.strides[a], out.strides[a]
+    e = f"({n - 1}u - k)" if op.reverse else "k"  # type: ignore[attr-defined]
+    add = f"s = mx_add(s, ({acc})mx_ld(in0[bx + {e} * {step_x}u]));"
+    store = f"out0[bo + {e} * {step_o}u] = mx_cvt<{c_type(out.type)}>(s);"
+    loop = f"{store} {add}" if op.exclusive else f"{add} {store}"  # type: ignore[attr-defined]
+    src = [
+        f"  for ({idx} row = blockIdx.x * {BLOCK}u + threadIdx.x; row < {m}u; row += gridDim.x * {BLOCK}u) {{"
+    ]
+    src += [f"    {x_}" for x_ in lines]
+    src += [f"    const {idx} bx = {bx}, bo = {bo};", f"    {acc} s = 0;"]
+    src += [f"    for ({idx} k = 0; k < {n}u; ++k) {{ {loop} }}", "  }"]
+    return KernelSpec(name, PRELUDE + sig + " {\n" + "\n".join(src) + "\n}\n", grid_for(m), (BLOCK, 1, 1))
+
+
+def pooling_kernel(name: str, op: Op, x: Shape, out: Shape) -> KernelSpec:
+    """N-d max / average / lp pooling: each output walks its window, skipping positions off the input."""
+    k = x.ndim() - 2
+    p, st, dil = op.attrs(k)  # type: ignore[attr-defined]
+    lens, mode, t = op.lengths, op.mode, x.type  # type: ignore[attr-defined]
+    c = compute_type(t)
+    a = "double" if t == DType.double_type else "float"
+    body = []
+    for i in range(k):
+        body.append(f"const i64 c{i}0 = (i64)o{2 + i} * {st[i]}ll - {p[i]}ll;")
+    if mode == "max":
+        body.append(f"{c} acc = {extreme(t, high=False)};")
+        step = "acc = mx_max(acc, mx_ld(v));"
+        finish = f"mx_cvt<{c_type(t)}>(acc)"
+    else:
+        body.append(f"{a} acc = 0;")
+        q = op.lp_order  # type: ignore[attr-defined]
+        if mode == "average" or q == 1:
+            term = f"fabs(({a})mx_ld(v))" if mode == "lpnorm" else f"({a})mx_ld(v)"
+        elif q == 2:
+            term = f"(({a})mx_ld(v) * ({a})mx_ld(v))"
+        else:
+            term = f"({a})pow((double)fabs(({a})mx_ld(v)), {float(q)!r})"
+        step = f"acc += {term};"
+        if mode == "average":
+            body.append(f"{a} count = 1;")
+            include = op.count_include_pad  # type: ignore[attr-defined]
+            for i in range(k):  # explicit pads count when asked; the ceil_mode overhang never does
+                lo, hi = (-p[i], x.lens[2 + i] + p[i + k]) if include else (0, x.lens[2 + i])
+                cc = f"c{i}0 + w * {dil[i]}ll"
+                body.append(
+                    f"{{ i64 n = 0; for (int w = 0; w < {lens[i]}; ++w) n += {cc} >= {lo}ll && {cc} < {hi}ll;"
+                )
+                body.append(f"  count *= ({a})n; }}")
+            finish = f"mx_cvt<{c_type(t)}>(acc / count)"
+        elif q == 1:
+            finish = f"mx_cvt<{c_type(t)}>(acc)"
+        elif q == 2:
+            finish = f"mx_cvt<{c_type(t)}>(sqrt(acc))"
+        else:  # numpy raises a float32 total to the float32 exponent 1/p
+            expo = float(np.asarray(1.0 / q).astype(np.float32 if a == "float" else np.float64))
+            finish = f"mx_cvt<{c_type(t)}>(({a})pow((double)acc, {expo!r}))"
+    loop_lines = []
+    for i in range(k):
+        loop_lines.append(f"{'  ' * i}for (int w{i} = 0; w{i} < {lens[i]}; ++w{i}) {{")
+        loop_lines.append(f"{'  ' * (i + 1)}const i64 c{i} = c{i}0 + w{i} * {dil[i]}ll;")
+        loop_lines.append(f"{'  ' * (i + 1)}if (c{i} < 0 || c{i} >= {x.lens[2 + i]}ll) continue;")
+    src = offset(["o0", "o1"] + [f"(IDX)c{i}" for i in range(k)], x.strides, "IDX")
+    loop_lines.append(f"{'  ' * k}const {c_type(t)} v = in0[{src}]; {step}")
+    loop_lines += [f"{'  ' * (k - 1 - i)}}}" for i in range(k)]
+    body += loop_lines + [f"out0[oo] = {finish};"]
+    return index_kernel(name, [x], [c_type(t)], out, c_type(t), body)
+
+
+# -- resize ------------------------------------------------------------------------------------------------
+_MAX_TABLE = 16384  # output positions per resized axis baked into the source
+
+
+def resize_tables(op: Op, in_lens: tuple[int, ...]) -> list[tuple[np.ndarray, np.ndarray, np.ndarray] | None]:
+    """Per axis, None when the ref skips it, else (neighbours [n_out, taps], weights float64 [n_out,
+    taps], outside [n_out]): the per-axis steps of ``Resize.compute`` (nearest keeps one tap)."""
+    from ....ops.resize import source_coords
+
+    r = len(in_lens)
+    tables: list[tuple[np.ndarray, np.ndarray, np.ndarray] | None] = []
+    for axis in range(r):
+        n_in, n_out, scale = in_lens[axis], op.out_lens[axis], float(op.scales[axis])  # type: ignore[attr-defined]
+        roi = (op.roi[axis], op.roi[axis + r]) if op.roi else (0.0, 1.0)  # type: ignore[attr-defined]
+        trivial = roi == (0.0, 1.0) or (
+            np.isclose(roi[0], 0.0, rtol=1e-9, atol=0) and np.isclose(roi[1], 1.0)
+        )
+        if np.isclose(scale, 1.0, rtol=1e-9, atol=0) and n_out == n_in and trivial or n_out == 0:
+            tables.append(None)
+            continue
+        ctm = op.coordinate_transformation_mode  # type: ignore[attr-defined]
+        x_ori = source_coords(ctm, np.arange(n_out, dtype=np.float64), scale, n_in, n_out, roi)
+        base = np.floor(x_ori)
+        w = op._weights(np.where(x_ori == base, 1.0, x_ori - base), scale)  # type: ignore[attr-defined]
+        n = w.shape[1]
+        pad = -(-n // 2)
+        xp = x_ori + pad
+        p = np.floor(xp).astype(np.int64)
+        frac = xp - p
+        if n % 2 == 0:
+            first = p + np.where(frac == 0, -(n // 2), -(n // 2) + 1)
+        else:
+            first = p + np.where(frac <= 0.5, -((n - 1) // 2), -((n - 1) // 2) + 1)
+        nbr = first[:, None] + np.arange(n) - pad
+        if op.exclude_outside:  # type: ignore[attr-defined]
+            w = np.where((nbr < 0) | (nbr >= n_in), 0.0, w)
+            total = w.sum(axis=1, keepdims=True)
+            w = w / np.where(total == 0, 1.0, total)
+        nbr = np.clip(nbr, 0, n_in - 1)
+        if op.mode == "nearest":  # type: ignore[attr-defined]
+            nbr = nbr[np.arange(n_out), np.argmax(w, axis=1)][:, None]
+            w = np.ones_like(nbr, np.float64)
+        outside = np.zeros(n_out, bool)
+        if ctm == "tf_crop_and_resize":
+            outside = (x_ori < 0) | (x_ori > n_in - 1)
+        tables.append((nbr, w, outside))
+    return tables
+
+
+def resize_supported(op: Op, x: Shape) -> str | None:
+    if op.mode not in ("nearest", "linear") or (op.mode == "linear" and op.antialias):  # type: ignore[attr-defined]
+        return f"resize mode {op.mode} (antialias={op.antialias}) has no kernel"  # type: ignore[attr-defined]
+    if any(n > _MAX_TABLE for n in op.out_lens):  # type: ignore[attr-defined]
+        return f"resize to {list(op.out_lens)}: tables too large"  # type: ignore[attr-defined]
+    if op.mode == "linear" and x.type not in (
+        DType.half_type,
+        DType.bf16_type,
+        DType.float_type,
+        DType.double_type,
+    ):  # type: ignore[attr-defined]
+        return f"linear resize of {x.type.name}"
+    return None
+
+
+def _array(ctype: str, name: str, values: np.ndarray) -> str:
+    if ctype == "double":
+        items = ", ".join(float(v).hex() for v in values.ravel())
+    elif ctype == "bool":
+        items = ", ".join("1" if v else "0" for v in values.ravel())
+    else:
+        items = ", ".join(str(int(v)) for v in values.ravel())
+    return f"__device__ const {ctype} {name}[{max(values.size, 1)}] = {{{items or '0'}}};\n"
+
+
+def resize_kernel(name: str, op: Op, x: Shape, out: Shape) -> KernelSpec:
+    """Nearest (a copy of raw bits) or linear (float64 weights, summed axis by axis like the ref)."""
+    why = resize_supported(op, x)
+    if why:
+        raise Unsupported(why)
+    tables = resize_tables(op, x.lens) if out.elements() else [None] * x.ndim()
+    axes = [a for a, tb in enumerate(tables) if tb is not None]
+    tf = op.coordinate_transformation_mode == "tf_crop_and_resize"  # type: ignore[attr-defined]
+    arrays = ""
+    for a in axes:
+        nbr, w, outside = tables[a]  # type: ignore[misc]
+        arrays += (
+            _array("i32", f"nb{a}", nbr) + _array("double", f"w{a}", w) + _array("bool", f"ob{a}", outside)
+        )
+    tf = op.coordinate_transformation_mode == "tf_crop_and_resize"  # type: ignore[attr-defined]
+    o = [f"o{d}" for d in range(x.ndim())]
+    if op.mode == "nearest":  # type: ignore[attr-defined]
+        src = [f"(IDX)nb{d}[o{d}]" if d in axes else o[d] for d in range(x.ndim())]
+        load = f"in0[{offset(src, x.strides, 'IDX')}]"
+        if tf and axes:
+            extrap = raw_literal(op.extrapolation_value, x.type)  # type: ignore[attr-defined]
+            load = f"({' || '.join(f'ob{a}[o{a}]' for a in axes)}) ? {extrap} : {load}"
+        body = [f"out0[oo] = {load};"]
+        raw = raw_type(x.type)
+        spec = index_kernel(name, [x], [raw], out, raw, body)
+    else:
+        extrap = float(op.extrapolation_value).hex()  # type: ignore[attr-defined]
+
+        def value(k: int, src: list[str]) -> str:
+            """Axis ``axes[k]``'s result (the ref resizes axes in order: the last one is outermost)."""
+            if k < 0:
+                return f"(double)mx_ld(in0[{offset(src, x.strides, 'IDX')}])"
+            a = axes[k]
+            taps = []
+            for j in range(2):
+                s2 = list(src)
+                s2[a] = f"(IDX)nb{a}[o{a} * 2 + {j}]"
+                taps.append(f"__dmul_rn({value(k - 1, s2)}, w{a}[o{a} * 2 + {j}])")
+            e = f"__dadd_rn({taps[0]}, {taps[1]})"
+            return f"(ob{a}[o{a}] ? {extrap} : {e})" if tf else e
+
+        info = np.finfo(to_numpy(out.type))
+        lo, hi = float(info.min).hex(), float(info.max).hex()
+        body = [
+            f"const double v = {value(len(axes) - 1, o)};",
+            f"out0[oo] = mx_cvt<{c_type(out.type)}>(mx_min(mx_max(v, {lo}), {hi}));",
+        ]
+        spec = index_kernel(name, [x], [c_type(x.type)], out, c_type(out.type), body)
+    head = len(PRELUDE)
+    return KernelSpec(spec.name, spec.source[:head] + arrays + spec.source[head:], spec.grid, spec.block)

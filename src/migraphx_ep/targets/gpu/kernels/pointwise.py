@@ -1,0 +1,410 @@
+"""Fused elementwise kernels from ``PwExpr`` trees.
+
+Each IR op maps to a C expression on compute types (``_UNARY``/``_BINARY``/``_OTHER``); the op classes'
+own ``cpp`` templates are the starting point, rewritten where C's meaning differs from numpy's (NaN in
+max/relu, integer overflow and division, sign of zero, erf/pow precision). Every op's result is rounded
+to its IR type (``mx_round``), so a fused chain of half ops rounds where the ref's chain of ops does.
+
+Iteration follows the output's memory order (coalesced stores); dims that are contiguous in every
+operand are merged. When every operand is contiguous or a broadcast scalar the loop is flat and moves
+16-byte vectors whenever the pointers allow it.
+"""
+
+from __future__ import annotations
+
+from ....ir.dtypes import FLOAT_TYPES, DType, to_numpy
+from ....ir.operation import Op
+from ....ir.shape import Shape, standard_strides
+from .prelude import (
+    BLOCK,
+    NARROW,
+    PRELUDE,
+    c_literal,
+    c_type,
+    check_strides,
+    collapse,
+    compute_type,
+    decompose,
+    grid_for,
+    index_type,
+    offset,
+    signature,
+    span,
+    vector_width,
+)
+from .spec import KernelSpec, PwConst, PwExpr, PwInput, PwOp, Unsupported
+
+_UNARY = {
+    "abs": "mx_abs({0})",
+    "neg": "mx_neg({0})",
+    "sign": "mx_sign({0})",
+    "relu": "mx_max({0}, ({C})0)",
+    "identity": "{0}",
+    "contiguous": "{0}",
+    "exp": "exp({0})",
+    "log": "log({0})",
+    "sqrt": "sqrt({0})",
+    "rsqrt": "(({C})1 / sqrt({0}))",  # rsqrt() is not correctly rounded; numpy divides by sqrt
+    "recip": "(({C})1 / {0})",
+    # CUDA's erff is within 2 ulp of float's correctly rounded value (the ref's erf is libm's in double,
+    # rounded once); evaluating in double would cost 10x in GELU-heavy models for that last ulp.
+    "erf": "erf({0})",
+    **{f: f"{f}({{0}})" for f in ("sin", "cos", "tan", "asin", "acos", "atan", "sinh", "cosh", "tanh")},
+    **{f: f"{f}({{0}})" for f in ("asinh", "acosh", "atanh", "ceil", "floor", "nearbyint")},
+    "isnan": "({0} != {0})",
+    "isinf": "(bool)isinf({0})",
+    "not": "(!{0})",
+    "bitwise_not": "(~{0})",
+    "sigmoid": "(({C})1 / (({C})1 + exp(-{0})))",
+    "softsign": "({0} / (({C})1 + fabs({0})))",
+    "softplus": "mx_softplus({0})",
+    "mish": "({0} * tanh(mx_softplus({0})))",
+    "hard_swish": "({0} * mx_min(mx_max({0} / ({C})6 + ({C})0.5, ({C})0), ({C})1))",
+    # numpy: (0.5 * x) in x's type times (1 + erf(x / sqrt 2)) in double, then back to x's type
+    "gelu": "(({C})((double)(({C})0.5 * {0}) * (1.0 + erf((double){0} / 1.4142135623730951))))",
+    "gelu_tanh": "(({C})(0.5 * (double){0} * (1.0 + tanh(0.7978845608028654 * ((double){0} + 0.044715 * "
+    "((double){0} * (double){0} * (double){0}))))))",
+    "leaky_relu": "({0} >= 0 ? {0} : {alpha} * {0})",
+    "elu": "({0} >= 0 ? {0} : {alpha} * expm1({0}))",
+    "selu": "({0} > 0 ? {gamma} * {0} : {gamma} * ({alpha} * expm1({0})))",
+    "celu": "(mx_max({0}, ({C})0) + mx_min(({C})0, {alpha} * expm1({0} / {alpha})))",
+    "thresholded_relu": "({0} > {alpha} ? {0} : ({C})0)",
+    "hard_sigmoid": "mx_min(mx_max(mx_mul_rn({alpha}, {0}) + {beta}, ({C})0), ({C})1)",  # no fma: 2 roundings
+    "shrink": "({0} < {neg_lambd} ? {0} + {bias} : ({0} > {lambd} ? {0} - {bias} : ({C})0))",
+    "quick_gelu": "({0} * (({C})1 / (({C})1 + exp(-({alpha} * {0})))))",
+}
+_BINARY = {
+    "add": "mx_add({0}, {1})",
+    "sub": "mx_sub({0}, {1})",
+    "mul": "mx_mul({0}, {1})",
+    "div": "mx_div({0}, {1})",
+    "pow": "mx_pow({0}, {1})",
+    "mod": "mx_mod({0}, {1})",
+    "fmod": "mx_fmod({0}, {1})",
+    "max": "mx_max({0}, {1})",
+    "min": "mx_min({0}, {1})",
+    "prelu": "({0} < 0 ? mx_mul({0}, {1}) : {0})",
+    "bitwise_and": "({0} & {1})",
+    "bitwise_or": "({0} | {1})",
+    "bitwise_xor": "({0} ^ {1})",
+    "shift_left": "mx_shl({0}, {1})",
+    "shift_right": "mx_shr({0}, {1})",
+    "logical_and": "({0} && {1})",
+    "logical_or": "({0} || {1})",
+    "logical_xor": "({0} != {1})",
+    "equal": "({0} == {1})",
+    "greater": "({0} > {1})",
+    "less": "({0} < {1})",
+    "greater_or_equal": "({0} >= {1})",
+    "less_or_equal": "({0} <= {1})",
+}
+_OTHER = {"where": "({0} ? {1} : {2})", "clip": "mx_min(mx_max({0}, {1}), {2})", "convert": "{0}"}
+_ATTR_OPS = frozenset(
+    {"leaky_relu", "elu", "selu", "celu", "thresholded_relu", "hard_sigmoid", "shrink", "quick_gelu"}
+)
+# "contiguous" has an expression (a copy) but is left to the lowering, which wants its result standard.
+POINTWISE_OPS: frozenset[str] = (frozenset(_UNARY) | frozenset(_BINARY) | frozenset(_OTHER)) - {"contiguous"}
+
+
+def pointwise_supported(op: Op, in_types: list[DType]) -> str | None:
+    """None when ``op`` on elements of ``in_types`` has a kernel expression, else why not."""
+    if op.name not in POINTWISE_OPS:
+        return f"{op.name} is not a pointwise op the gpu kernels know"
+    try:
+        for t in in_types:
+            c_type(t)
+        if op.name == "convert":
+            c_type(op.target_type)  # type: ignore[attr-defined]
+    except Unsupported as e:
+        return str(e)
+    return None
+
+
+def _attrs(op: Op, t: DType) -> dict[str, str]:
+    """The op's float attributes as literals of the type the ref computes in (float for half)."""
+    if op.name not in _ATTR_OPS:
+        return {}
+    lit_t = DType.float_type if t in NARROW else t
+    if t not in FLOAT_TYPES:
+        lit_t = DType.double_type  # integer shrink compares and shifts in double
+    vals = {k: v for k, v in op.attributes().items() if isinstance(v, int | float)}
+    if op.name == "shrink":
+        vals["neg_lambd"] = -vals["lambd"]
+    return {k: c_literal(v, lit_t) for k, v in vals.items()}
+
+
+def _expr(op: Op, args: list[str], types: list[DType]) -> str:
+    """The C expression of ``op`` on compute values ``args`` (before rounding to its result type)."""
+    name = op.name
+    template = _UNARY.get(name) or _BINARY.get(name) or _OTHER.get(name)
+    if template is None:
+        raise Unsupported(f"{name} has no gpu kernel expression")
+    t = types[-1] if name in ("where", "clip") else types[0]
+    if name == "convert" and t in NARROW and op.target_type == DType.uint32_type:  # type: ignore[attr-defined]
+        return f"mx_cvtt64({args[0]})"  # numpy and ml_dtypes go through int64 here (unlike float)
+    c = compute_type(t)
+    if name == "shrink" and t not in FLOAT_TYPES:
+        args = [f"(double){a}" for a in args]
+        c = "double"
+    return template.format(*args, C=c, **_attrs(op, t))
+
+
+class _Emitter:
+    """Statements computing an expression tree, one variable per distinct node."""
+
+    def __init__(self, in_types: list[DType]) -> None:
+        self.in_types = in_types
+        self.lines: list[str] = []
+        self.memo: dict[object, tuple[str, DType]] = {}
+
+    def value(self, e: PwExpr) -> tuple[str, DType]:
+        if isinstance(e, PwInput):
+            return f"x{e.index}", self.in_types[e.index]
+        if isinstance(e, PwConst):
+            return c_literal(e.value, e.type), DType(e.type)
+        key = e if _hashable(e) else id(e)
+        if key in self.memo:
+            return self.memo[key]
+        vals = [self.value(a) for a in e.args]
+        raw = _expr(e.op, [v for v, _ in vals], [t for _, t in vals])
+        var = f"v{len(self.memo)}"
+        t = DType(e.type)
+        self.lines.append(f"const {compute_type(t)} {var} = mx_round<{c_type(t)}>({raw});")
+        self.memo[key] = (var, t)
+        return var, t
+
+
+def _hashable(e: PwExpr) -> bool:
+    try:
+        hash(e)
+    except TypeError:
+        return False
+    return e == e  # NaN constants never equal themselves: leave them out of the memo
+
+
+def element_function(expr: PwExpr, in_types: list[DType], out_type: DType) -> str:
+    """``mx_elem(x0, x1, ...)``: the output element (storage type) from input compute values."""
+    em = _Emitter(in_types)
+    var, _ = em.value(expr)
+    params = ", ".join(f"const {compute_type(t)} x{i}" for i, t in enumerate(in_types))
+    body = "".join(f"  {line}\n" for line in em.lines)
+    out_c = c_type(out_type)
+    return f"MX_DEV {out_c} mx_elem({params}) {{\n{body}  return mx_cvt<{out_c}>({var});\n}}\n"
+
+
+def pointwise_kernel(name: str, expr: PwExpr, inputs: list[Shape], out: Shape) -> KernelSpec:
+    """One kernel computing ``expr`` for every element of ``out`` (inputs already at out's lens)."""
+    for s in inputs:
+        if s.lens != out.lens:
+            raise Unsupported(f"pointwise input {s} does not match output lens {list(out.lens)}")
+    check_strides(out, *inputs)
+    if _is_copy(expr, inputs, out):  # move bits: any element type, float8 included
+        raw = _RAW_TYPES[to_numpy(out.type).itemsize]
+        inputs, out = [Shape(raw, inputs[0].lens, inputs[0].strides)], Shape(raw, out.lens, out.strides)
+        expr = PwInput(0)
+    in_types = [s.type for s in inputs]
+    in_c = [c_type(t) for t in in_types]
+    out_c = c_type(out.type)
+    head = PRELUDE + element_function(expr, in_types, out.type)
+    sig = signature(name, in_c, [out_c])
+    n = out.elements()
+    if n == 0:
+        return KernelSpec(name, head + sig + " {}\n", (1, 1, 1), (BLOCK, 1, 1), 0, len(inputs), 1)
+    idx = index_type(span(out, *inputs))
+    # Walk the output in memory order: sort dims by its strides (stable, so ties keep logical order).
+    perm = sorted(range(len(out.lens)), key=lambda d: -out.strides[d])
+    lens = [out.lens[d] for d in perm]
+    strides = [[s.strides[d] for d in perm] for s in (out, *inputs)]
+    lens, strides = collapse(lens, strides)
+    flat = len(lens) <= 1 and strides[0] in ([], [1]) and all(st in ([], [0], [1]) for st in strides[1:])
+    tdim = _transposed_dim(lens, strides)
+    if flat:
+        body, work = _flat_body(n, idx, in_types, out.type, [st in ([], [0]) for st in strides[1:]])
+    elif tdim is not None:
+        body, work = _tiled_body(idx, lens, strides, tdim, in_c[0]), 0
+    else:
+        body, work = _strided_body(n, idx, lens, strides, len(inputs)), n
+        rowvec = _rowvec_body(n, idx, lens, strides, [out.type, *in_types])
+        if rowvec is not None:  # vectors along the innermost dim, the scalar loop if misaligned
+            body, work = rowvec[0] + body + "  }\n", rowvec[1]
+    source = head + sig + " {\n" + body + "}\n"
+    grid = grid_for(work) if tdim is None or flat else grid_for(_n_tiles(lens, tdim), 1)
+    return KernelSpec(name, source, grid, (BLOCK, 1, 1), 0, len(inputs), 1)
+
+
+_RAW_TYPES = {1: DType.uint8_type, 2: DType.uint16_type, 4: DType.uint32_type, 8: DType.uint64_type}
+
+
+def _is_copy(expr: PwExpr, inputs: list[Shape], out: Shape) -> bool:
+    """``expr`` moves input 0 unchanged (identity, contiguous, convert to its own type)."""
+    while isinstance(expr, PwOp) and len(expr.args) == 1 and expr.type == out.type:
+        if expr.op.name not in ("identity", "contiguous", "convert"):
+            return False
+        expr = expr.args[0]
+    return isinstance(expr, PwInput) and len(inputs) == 1 and inputs[0].type == out.type
+
+
+def _flat_body(
+    n: int, idx: str, in_types: list[DType], out_type: DType, scalar: list[bool]
+) -> tuple[str, int]:
+    """Contiguous operands (or broadcast scalars): flat loop, 16-byte vectors when aligned."""
+    if n == 1:
+        scalar = [True] * len(scalar)
+    lines = [f"  const {idx} tid = blockIdx.x * {BLOCK}u + threadIdx.x, step = gridDim.x * {BLOCK}u;"]
+    for i, sc in enumerate(scalar):
+        if sc:
+            lines.append(f"  const {compute_type(in_types[i])} s{i} = mx_ld(in{i}[0]);")
+    scalar_args = ", ".join(f"s{i}" if sc else f"mx_ld(in{i}[i])" for i, sc in enumerate(scalar))
+    scalar_loop = f"for ({idx} i = {{start}}; i < {n}u; i += step) out0[i] = mx_elem({scalar_args});"
+    vec_types = [t for t, sc in zip(in_types, scalar, strict=True) if not sc] + [out_type]
+    v = vector_width(*vec_types)
+    nv = n // v
+    if v == 1 or nv == 0:
+        lines.append("  " + scalar_loop.format(start="tid"))
+        return "\n".join(lines) + "\n", n
+    ptrs = [f"in{i}" for i, sc in enumerate(scalar) if not sc] + ["out0"]
+    aligned = " | ".join(
+        f"((u64){p} % sizeof(mx_vec<{c_type(t)}, {v}>))" for p, t in zip(ptrs, vec_types, strict=True)
+    )
+    vec_args = ", ".join(f"s{i}" if sc else f"mx_ld(a{i}.v[j])" for i, sc in enumerate(scalar))
+    out_c = c_type(out_type)
+    lines.append(f"  if (({aligned}) == 0) {{")
+    lines.append(f"    for ({idx} q = tid; q < {nv}u; q += step) {{")
+    for i, sc in enumerate(scalar):
+        if not sc:
+            ct = c_type(in_types[i])
+            lines.append(
+                f"      const mx_vec<{ct}, {v}> a{i} = reinterpret_cast<const mx_vec<{ct}, {v}>*>(in{i})[q];"
+            )
+    lines.append(f"      mx_vec<{out_c}, {v}> r;")
+    lines.append("#pragma unroll")
+    lines.append(f"      for (int j = 0; j < {v}; ++j) r.v[j] = mx_elem({vec_args});")
+    lines.append(f"      reinterpret_cast<mx_vec<{out_c}, {v}>*>(out0)[q] = r;")
+    lines.append("    }")
+    if nv * v < n:
+        lines.append("    " + scalar_loop.format(start=f"{nv * v}u + tid"))
+    lines.append("  } else {")
+    lines.append("    " + scalar_loop.format(start="tid"))
+    lines.append("  }")
+    return "\n".join(lines) + "\n", nv
+
+
+def _rowvec_body(
+    n: int, idx: str, lens: list[int], strides: list[list[int]], types: list[DType]
+) -> tuple[str, int] | None:
+    """Views whose innermost dim is contiguous (or broadcast) in every operand, e.g. a per-channel
+    scale over NCHW: the loop moves 16-byte vectors along that dim. Returns the vector loop and an
+    ``else {`` that the caller closes around the scalar loop, or None."""
+    unit = [st[-1] == 1 for st in strides]
+    if len(lens) < 2 or not unit[0] or any(st[-1] not in (0, 1) for st in strides):
+        return None
+    v = vector_width(*(t for t, u in zip(types, unit, strict=True) if u))
+    if (
+        v == 1
+        or lens[-1] % v
+        or any(x % v for st, u in zip(strides, unit, strict=True) if u for x in st[:-1])
+    ):
+        return None
+    vlens = [*lens[:-1], lens[-1] // v]
+    digits = [f"d{k}" for k in range(len(lens))]
+    ct = [c_type(t) for t in types]
+
+    def off(k: int) -> str:
+        st = strides[k]
+        return offset(digits, [*st[:-1], v if unit[k] else 0], idx)
+
+    ptrs = ["out0"] + [f"in{k}" for k in range(len(strides) - 1)]
+    check = " | ".join(
+        f"((u64){p} % {v * to_numpy(t).itemsize})" for p, t, u in zip(ptrs, types, unit, strict=True) if u
+    )
+    lines = [f"  if (({check}) == 0) {{"]
+    lines.append(
+        f"  for ({idx} q = blockIdx.x * {BLOCK}u + threadIdx.x; q < {n // v}u; q += gridDim.x * {BLOCK}u) {{"
+    )
+    lines += ["    " + x for x in decompose("q", vlens, "d", idx)]
+    args = []
+    for k in range(1, len(strides)):
+        if unit[k]:
+            vt = f"mx_vec<{ct[k]}, {v}>"
+            lines.append(f"    const {vt} a{k} = *reinterpret_cast<const {vt}*>(in{k - 1} + {off(k)});")
+            args.append(f"mx_ld(a{k}.v[j])")
+        else:
+            lines.append(f"    const auto a{k} = mx_ld(in{k - 1}[{off(k)}]);")
+            args.append(f"a{k}")
+    lines += [
+        f"    mx_vec<{ct[0]}, {v}> r;",
+        "#pragma unroll",
+        f"    for (int j = 0; j < {v}; ++j) r.v[j] = mx_elem({', '.join(args)});",
+    ]
+    lines += [f"    *reinterpret_cast<mx_vec<{ct[0]}, {v}>*>(out0 + {off(0)}) = r;", "  }", "  } else {"]
+    return "\n".join(lines) + "\n", n // v
+
+
+def _strided_body(n: int, idx: str, lens: list[int], strides: list[list[int]], n_in: int) -> str:
+    """General views: split the flat output-order index into digits, one offset per operand."""
+    digits = [f"d{k}" for k in range(len(lens))]
+    std = list(standard_strides(lens))
+
+    def off(st: list[int]) -> str:
+        return "i" if st == std else offset(digits, st, idx)
+
+    lines = [f"  for ({idx} i = blockIdx.x * {BLOCK}u + threadIdx.x; i < {n}u; i += gridDim.x * {BLOCK}u) {{"]
+    lines += ["    " + x for x in decompose("i", lens, "d", idx)]
+    args = ", ".join(f"mx_ld(in{k}[{off(strides[k + 1])}])" for k in range(n_in))
+    lines.append(f"    out0[{off(strides[0])}] = mx_elem({args});")
+    lines.append("  }")
+    return "\n".join(lines) + "\n"
+
+
+_TILE = 32
+
+
+def _transposed_dim(lens: list[int], strides: list[list[int]]) -> int | None:
+    """For one input that is contiguous along a dim other than the output's innermost (a transpose),
+    that dim; the tiled path then reads and writes 32x32 tiles, both coalesced."""
+    if len(strides) != 2 or len(lens) < 2 or strides[0][-1] != 1 or strides[1][-1] == 1:
+        return None
+    ones = [d for d in range(len(lens) - 1) if strides[1][d] == 1]
+    if not ones or lens[ones[0]] < _TILE // 2 or lens[-1] < _TILE // 2:
+        return None
+    return ones[0]
+
+
+def _n_tiles(lens: list[int], a: int) -> int:
+    n = -(-lens[a] // _TILE) * -(-lens[-1] // _TILE)
+    for d in range(len(lens) - 1):
+        n *= lens[d] if d != a else 1
+    return n
+
+
+def _tiled_body(idx: str, lens: list[int], strides: list[list[int]], a: int, in_c: str) -> str:
+    """Tiles over (dim ``a``, the last dim) staged through shared memory; other dims index the tiles."""
+    k = len(lens) - 1
+    outer = [d for d in range(k) if d != a]
+    tile_lens = [lens[d] for d in outer] + [-(-lens[a] // _TILE), -(-lens[k] // _TILE)]
+    digits = [f"d{d}" for d in outer] + ["qa", "qk"]
+    so, si = strides
+    ld = f"in0[bi + ia + ik * {si[k]}u]"
+    st = f"out0[bo + ia * {so[a]}u + ik]"
+    inside = f"ia < {lens[a]}u && ik < {lens[k]}u"
+    lines = [
+        f"  __shared__ {in_c} tile[{_TILE}][{_TILE + 1}];",
+        "  const u32 tx = threadIdx.x % 32u, ty = threadIdx.x / 32u;",
+        f"  for ({idx} t = blockIdx.x; t < {_n_tiles(lens, a)}u; t += gridDim.x) {{",
+        *[f"    {x}" for x in decompose("t", tile_lens, "g", idx)],
+        *[f"    const {idx} {dg} = g{i};" for i, dg in enumerate(digits)],
+        f"    const {idx} bi = {offset([f'd{d}' for d in outer], [si[d] for d in outer], idx)};",
+        f"    const {idx} bo = {offset([f'd{d}' for d in outer], [so[d] for d in outer], idx)};",
+        f"    for (u32 j = ty; j < {_TILE}u; j += {BLOCK // 32}u) {{  // read along the input's fast dim",
+        f"      const {idx} ia = qa * {_TILE}u + tx, ik = qk * {_TILE}u + j;",
+        f"      if ({inside}) tile[j][tx] = {ld};",
+        "    }",
+        "    __syncthreads();",
+        f"    for (u32 j = ty; j < {_TILE}u; j += {BLOCK // 32}u) {{  // write along the output's",
+        f"      const {idx} ia = qa * {_TILE}u + j, ik = qk * {_TILE}u + tx;",
+        f"      if ({inside}) {st} = mx_elem(mx_ld(tile[tx][j]));",
+        "    }",
+        "    __syncthreads();",
+        "  }",
+    ]
+    return "\n".join(lines) + "\n"

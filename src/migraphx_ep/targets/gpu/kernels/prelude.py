@@ -1,0 +1,380 @@
+"""The device header every generated kernel starts with, and the Python helpers generators share.
+
+``PRELUDE`` is self-contained CUDA C++ (NVRTC ships no headers): fixed-width integer names, 16-bit
+storage types for half and bfloat16, and numpy's element semantics as small templates (``mx_add`` wraps
+integers, ``mx_div`` is ONNX/C integer division with the ref's answers at 0 and -1, ``mx_cvt`` is
+``astype`` including x86's float-to-int results out of range, ``mx_max`` propagates NaN). Half and
+bfloat16 values live in float ("compute type") between a load and a store; generators round them back
+to 16 bits after every op, as the ref target does.
+
+The four PTX conversions sit under ``__CUDA_ARCH__`` so the same text can be compiled on a host with a
+small shim (how the header was tested); everything else is plain C++17.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from ....ir.dtypes import DType, to_numpy
+from ....ir.shape import Shape
+from .spec import Unsupported
+
+PRELUDE = r"""
+typedef signed char i8; typedef unsigned char u8; typedef short i16; typedef unsigned short u16;
+typedef int i32; typedef unsigned int u32; typedef long long i64; typedef unsigned long long u64;
+struct mx_f16 { u16 bits; };
+struct mx_bf16 { u16 bits; };
+#define MX_DEV __device__ __forceinline__
+#define MX_UNROLL _Pragma("unroll")
+
+#ifdef __CUDA_ARCH__
+MX_DEV float mx_h2f(u16 h) { float f; asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h)); return f; }
+MX_DEV u16 mx_f2h(float f) { u16 h; asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f)); return h; }
+MX_DEV u16 mx_d2h(double d) { u16 h; asm("cvt.rn.f16.f64 %0, %1;" : "=h"(h) : "d"(d)); return h; }
+MX_DEV u16 mx_f2bf(float f) { u16 h; asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(h) : "f"(f)); return h; }
+#endif
+
+template <class A, class B> struct mx_same_t { static constexpr bool v = false; };
+template <class A> struct mx_same_t<A, A> { static constexpr bool v = true; };
+template <class A, class B> constexpr bool mx_same = mx_same_t<A, B>::v;
+// flt: IEEE compute type; sgn: signed; W: the unsigned type integer arithmetic wraps in.
+template <class T> struct mx_t { static constexpr bool flt = false, sgn = false; typedef u32 W; };
+template <> struct mx_t<i8> { static constexpr bool flt = false, sgn = true; typedef u32 W; };
+template <> struct mx_t<i16> { static constexpr bool flt = false, sgn = true; typedef u32 W; };
+template <> struct mx_t<i32> { static constexpr bool flt = false, sgn = true; typedef u32 W; };
+template <> struct mx_t<i64> { static constexpr bool flt = false, sgn = true; typedef u64 W; };
+template <> struct mx_t<u64> { static constexpr bool flt = false, sgn = false; typedef u64 W; };
+template <> struct mx_t<float> { static constexpr bool flt = true, sgn = true; typedef float W; };
+template <> struct mx_t<double> { static constexpr bool flt = true, sgn = true; typedef double W; };
+template <class T, int V> struct alignas(sizeof(T) * V) mx_vec { T v[V]; };
+
+// Storage -> compute type (half and bfloat16 compute in float).
+MX_DEV float mx_ld(mx_f16 h) { return mx_h2f(h.bits); }
+MX_DEV float mx_ld(mx_bf16 h) { return __int_as_float((u32)h.bits << 16); }
+template <class T> MX_DEV T mx_ld(T x) { return x; }
+
+// numpy's float -> int astype on x86: out of range and NaN give the "integer indefinite" pattern.
+template <class F> MX_DEV i32 mx_cvtt32(F x) {
+  return (x >= (F)-2147483648.0 && x < (F)2147483648.0) ? (i32)x : (i32)0x80000000u;
+}
+template <class F> MX_DEV i64 mx_cvtt64(F x) {
+  return (x >= (F)-9223372036854775808.0 && x < (F)9223372036854775808.0) ? (i64)x
+                                                                            : (i64)0x8000000000000000ull;
+}
+template <class To, class F> MX_DEV To mx_f2i(F x) {
+  if constexpr (mx_same<To, u32>)
+    return x >= (F)2147483648.0 ? (u32)mx_cvtt32(x - (F)2147483648.0) ^ 0x80000000u : (u32)mx_cvtt32(x);
+  else if constexpr (mx_same<To, u64>)
+    return x >= (F)9223372036854775808.0 ? (u64)mx_cvtt64(x - (F)9223372036854775808.0) ^ (1ull << 63)
+                                         : (u64)mx_cvtt64(x);
+  else if constexpr (mx_same<To, i64>) return mx_cvtt64(x);
+  else return (To)mx_cvtt32(x);  // 8/16-bit results keep the low bits of the 32-bit conversion
+}
+// astype(To) of a compute value; returns the storage type. f16 from double rounds once (numpy);
+// bfloat16 goes through float, as ml_dtypes does.
+template <class To, class From> MX_DEV To mx_cvt(From x) {
+  if constexpr (mx_same<To, From>) return x;
+  else if constexpr (mx_same<To, bool>) return x != (From)0;
+  else if constexpr (mx_same<To, mx_f16>) {
+    if constexpr (mx_same<From, double>) return mx_f16{mx_d2h(x)};
+    else return mx_f16{mx_f2h((float)x)};
+  } else if constexpr (mx_same<To, mx_bf16>) return mx_bf16{mx_f2bf((float)x)};
+  else if constexpr (mx_t<To>::flt || !mx_t<From>::flt) return (To)x;
+  else return mx_f2i<To>(x);
+}
+// Round a compute value to the element type T and return it as a compute value again.
+template <class T, class From> MX_DEV auto mx_round(From x) { return mx_ld(mx_cvt<T>(x)); }
+
+// Elementwise semantics of the IR ops (numpy's), on compute types.
+// Integers wrap (numpy): arithmetic in the unsigned W, truncated back; for floats W is the type itself.
+template <class T> using mx_w = typename mx_t<T>::W;
+template <class T> MX_DEV T mx_add(T a, T b) { return (T)((mx_w<T>)a + (mx_w<T>)b); }
+template <class T> MX_DEV T mx_sub(T a, T b) { return (T)((mx_w<T>)a - (mx_w<T>)b); }
+template <class T> MX_DEV T mx_mul(T a, T b) { return (T)((mx_w<T>)a * (mx_w<T>)b); }
+template <class T> MX_DEV T mx_neg(T a) {
+  if constexpr (mx_t<T>::flt) return -a;  // 0 - a would lose the sign of zero
+  else return (T)((mx_w<T>)0 - (mx_w<T>)a);
+}
+template <class T> MX_DEV T mx_abs(T a) {
+  if constexpr (mx_t<T>::flt) return fabs(a);
+  else if constexpr (mx_t<T>::sgn) return a < 0 ? mx_neg(a) : a;
+  else return a;
+}
+template <class T> MX_DEV T mx_sign(T a) {
+  if constexpr (mx_t<T>::flt) return a > 0 ? (T)1 : a < 0 ? (T)-1 : a == 0 ? (T)0 : a;
+  else return (T)((a > 0) - (a < 0));
+}
+template <class T> MX_DEV T mx_max(T a, T b) { return (a != a || a > b) ? a : b; }
+template <class T> MX_DEV T mx_min(T a, T b) { return (a != a || a < b) ? a : b; }
+template <class T> MX_DEV bool mx_isnan(T a) { return a != a; }
+// Integer division truncates; x/0 is 1 for x < 0 else 0 and MIN/-1 wraps, as the ref computes them.
+template <class T> MX_DEV T mx_div(T a, T b) {
+  if constexpr (mx_t<T>::flt) return a / b;
+  else if constexpr (mx_t<T>::sgn) return b == 0 ? (T)(a < 0) : b == (T)-1 ? mx_neg(a) : (T)(a / b);
+  else return b == 0 ? (T)0 : (T)(a / b);
+}
+template <class T> MX_DEV T mx_fmod(T a, T b) {
+  if constexpr (mx_t<T>::flt) return fmod(a, b);
+  else if constexpr (mx_t<T>::sgn) return (b == 0 || b == (T)-1) ? (T)0 : (T)(a % b);
+  else return b == 0 ? (T)0 : (T)(a % b);
+}
+template <class T> MX_DEV T mx_mod(T a, T b) {  // numpy's mod: the sign of the divisor
+  if constexpr (mx_t<T>::flt) {
+    T m = fmod(a, b);
+    if (b == 0) return m;
+    if (m != 0) return ((b < 0) != (m < 0)) ? m + b : m;
+    return copysign((T)0, b);
+  } else {
+    T r = mx_fmod(a, b);
+    return (r != 0 && ((r < 0) != (b < 0))) ? (T)(r + b) : r;
+  }
+}
+template <class T> MX_DEV T mx_pow(T a, T b) {
+  if constexpr (mx_same<T, double>) return pow(a, b);
+  else if constexpr (mx_t<T>::flt) return (T)pow((double)a, (double)b);
+  else {
+    // Exact for results below 2^53 (repeated squaring); libm's pow may miss an exact integer by an
+    // ulp, which truncation would turn into an off-by-one.
+    i64 e = (i64)b;
+    if (e < 0) return mx_f2i<T>(pow((double)a, (double)b));
+    double r = 1.0, base = (double)a;
+    while (e) { if (e & 1) r *= base; base *= base; e >>= 1; }
+    return mx_f2i<T>(r);
+  }
+}
+// A product the compiler may not fuse into an fma with a following add (the ref rounds it).
+MX_DEV float mx_mul_rn(float a, float b) { return __fmul_rn(a, b); }
+MX_DEV double mx_mul_rn(double a, double b) { return __dmul_rn(a, b); }
+template <class T> MX_DEV T mx_softplus(T v) {  // numpy's logaddexp(0, v): stable, like the ref
+  if (v == 0) return (T)0.6931471805599453;
+  if (v < 0) return log1p(exp(v));
+  if (v > 0) return v + log1p(exp(-v));
+  return v;
+}
+template <class T> MX_DEV bool mx_shift_ok(T b) { return (i64)b >= 0 && (i64)b < (i64)(8 * sizeof(T)); }
+template <class T> MX_DEV T mx_shl(T a, T b) {
+  return mx_shift_ok(b) ? (T)((mx_w<T>)a << (int)b) : (T)0;
+}
+template <class T> MX_DEV T mx_shr(T a, T b) {
+  return mx_shift_ok(b) ? (T)(a >> (int)b) : (a < 0 ? (T)-1 : (T)0);
+}
+
+// V consecutive elements to or from compute values; V > 1 needs V-aligned pointers.
+template <int V, class T, class C> MX_DEV void mx_ldv(const T* p, C* d) {
+  if constexpr (V == 1) d[0] = (C)mx_ld(p[0]);
+  else {
+    const mx_vec<T, V> w = *reinterpret_cast<const mx_vec<T, V>*>(p);
+#pragma unroll
+    for (int q = 0; q < V; ++q) d[q] = (C)mx_ld(w.v[q]);
+  }
+}
+template <int V, class T, class C> MX_DEV void mx_stv(T* p, const C* s) {
+  if constexpr (V == 1) p[0] = mx_cvt<T>(s[0]);
+  else {
+    mx_vec<T, V> w;
+#pragma unroll
+    for (int q = 0; q < V; ++q) w.v[q] = mx_cvt<T>(s[q]);
+    *reinterpret_cast<mx_vec<T, V>*>(p) = w;
+  }
+}
+
+// Reductions: all NT threads of the block (or the 32 of a warp) call these together.
+template <class S> MX_DEV S mx_shfl_xor(S s, int m) {
+  union { S s; u32 w[(sizeof(S) + 3) / 4]; } u;
+  u.s = s;
+#pragma unroll
+  for (int i = 0; i < (int)((sizeof(S) + 3) / 4); ++i) u.w[i] = __shfl_xor_sync(0xffffffffu, u.w[i], m);
+  return u.s;
+}
+// Butterfly over groups of W lanes (a power of two <= 32): every lane of a group gets the group's total.
+template <int W, class S, class F> MX_DEV S mx_warp_reduce(S s, F f) {
+#pragma unroll
+  for (int m = W / 2; m > 0; m >>= 1) s = f(s, mx_shfl_xor(s, m));
+  return s;
+}
+template <int NT, class S, class F> MX_DEV S mx_block_reduce(S s, F f) {
+  s = mx_warp_reduce<32>(s, f);
+  if constexpr (NT > 32) {
+    __shared__ S part[NT / 32];
+    if (threadIdx.x % 32 == 0) part[threadIdx.x / 32] = s;
+    __syncthreads();
+    s = part[0];
+#pragma unroll
+    for (int w = 1; w < NT / 32; ++w) s = f(s, part[w]);
+    __syncthreads();  // part may be reused by the next call
+  }
+  return s;
+}
+struct mx_sum_f { template <class T> MX_DEV T operator()(T a, T b) const { return mx_add(a, b); } };
+struct mx_prod_f { template <class T> MX_DEV T operator()(T a, T b) const { return mx_mul(a, b); } };
+struct mx_max_f { template <class T> MX_DEV T operator()(T a, T b) const { return mx_max(a, b); } };
+struct mx_min_f { template <class T> MX_DEV T operator()(T a, T b) const { return mx_min(a, b); } };
+// (value, index) for argmax/argmin: NaN wins (numpy), then the larger (smaller), then the first (last);
+// index -1 marks an empty partial.
+template <class T> struct mx_arg { T v; i64 i; };
+template <class T, bool MAX, bool LAST> struct mx_arg_f {
+  MX_DEV mx_arg<T> operator()(mx_arg<T> a, mx_arg<T> b) const {
+    if (a.i < 0 || b.i < 0) return a.i < 0 ? b : a;
+    const bool an = mx_isnan(a.v), bn = mx_isnan(b.v);
+    bool a_wins;
+    if (an != bn) a_wins = an;
+    else if (an || a.v == b.v) a_wins = LAST ? a.i > b.i : a.i < b.i;
+    else a_wins = MAX ? a.v > b.v : a.v < b.v;
+    return a_wins ? a : b;
+  }
+};
+"""
+
+_C_TYPES = {
+    DType.bool_type: "bool",
+    DType.half_type: "mx_f16",
+    DType.bf16_type: "mx_bf16",
+    DType.float_type: "float",
+    DType.double_type: "double",
+    DType.int8_type: "i8",
+    DType.uint8_type: "u8",
+    DType.int16_type: "i16",
+    DType.uint16_type: "u16",
+    DType.int32_type: "i32",
+    DType.uint32_type: "u32",
+    DType.int64_type: "i64",
+    DType.uint64_type: "u64",
+}
+NARROW = frozenset({DType.half_type, DType.bf16_type})
+BLOCK = 256
+MAX_BLOCKS = 132 * 32  # enough to fill the largest GPUs several times; grid-stride loops do the rest
+
+
+def c_type(t: DType) -> str:
+    """The storage type of an element in generated code; fp8 and tuples have none."""
+    try:
+        return _C_TYPES[DType(t)]
+    except KeyError:
+        raise Unsupported(f"no kernel element type for {DType(t).name}") from None
+
+
+def compute_type(t: DType) -> str:
+    """The type values of ``t`` are held in between a load and a store."""
+    return "float" if DType(t) in NARROW else c_type(t)
+
+
+def c_literal(value: float | int | bool, t: DType) -> str:
+    """``value`` rounded to ``t`` (numpy astype) as an exact literal of ``compute_type(t)``."""
+    t = DType(t)
+    ct = compute_type(t)
+    with np.errstate(all="ignore"):
+        v = np.asarray(value).astype(to_numpy(t)).item()
+    if t == DType.bool_type:
+        return "true" if v else "false"
+    if ct in ("float", "double"):
+        v = float(v)
+        suffix = "f" if ct == "float" else ""
+        if math.isnan(v):
+            return f"(({ct})__longlong_as_double(0x7ff8000000000000ll))"
+        if math.isinf(v):
+            return f"(({ct}){'-' if v < 0 else ''}__longlong_as_double(0x7ff0000000000000ll))"
+        return f"{v.hex()}{suffix}"
+    if v < 0:
+        return f"(({ct})({v + 1}ll - 1))"  # INT64_MIN has no literal of its own
+    return f"(({ct}){v}ull)"
+
+
+def index_type(*sizes: int) -> str:
+    """``u32`` when every element count and span fits in 31 bits (cheaper index math), else ``u64``."""
+    return "u32" if max(sizes, default=0) < 2**31 else "u64"
+
+
+def span(*shapes: Shape) -> int:
+    """The largest element count or element space of ``shapes`` (what index math must reach)."""
+    return max((max(s.elements(), s.element_space()) for s in shapes), default=0)
+
+
+def collapse(lens: Sequence[int], strides: Sequence[Sequence[int]]) -> tuple[list[int], list[list[int]]]:
+    """Drop length-1 dims and merge neighbours that are contiguous in every tensor (fewer divisions).
+
+    ``strides`` holds one stride list per tensor over the same logical ``lens``.
+    """
+    keep = [i for i, n in enumerate(lens) if n != 1]
+    out_lens: list[int] = []
+    out_strides: list[list[int]] = [[] for _ in strides]
+    for i in keep:
+        if out_lens and all(st[-1] == s[i] * lens[i] for st, s in zip(out_strides, strides, strict=True)):
+            out_lens[-1] *= lens[i]
+            for st, s in zip(out_strides, strides, strict=True):
+                st[-1] = s[i]
+        else:
+            out_lens.append(lens[i])
+            for st, s in zip(out_strides, strides, strict=True):
+                st.append(s[i])
+    return out_lens, out_strides
+
+
+def decompose(flat: str, lens: Sequence[int], prefix: str, idx: str) -> list[str]:
+    """C statements splitting ``flat`` (row-major over ``lens``) into ``{prefix}0..`` digits."""
+    if not lens:
+        return []
+    lines = [f"{idx} {prefix}_r = {flat};"]
+    for d in range(len(lens) - 1, 0, -1):
+        lines.append(f"const {idx} {prefix}{d} = {prefix}_r % {lens[d]}u; {prefix}_r /= {lens[d]}u;")
+    lines.append(f"const {idx} {prefix}0 = {prefix}_r;")
+    return lines
+
+
+def offset(digits: Sequence[str], strides: Sequence[int], idx: str = "") -> str:
+    """``sum(digit * stride)`` as C, skipping zero strides; ``0`` when nothing is left."""
+    terms = [d if s == 1 else f"{d} * {s}u" for d, s in zip(digits, strides, strict=True) if s != 0]
+    if not terms:
+        return f"({idx})0" if idx else "0"
+    return " + ".join(terms)
+
+
+def check_strides(*shapes: Shape) -> None:
+    for s in shapes:
+        if any(st < 0 for st in s.strides):
+            raise Unsupported(f"negative strides in {s}")
+
+
+@dataclass
+class Walk:
+    """Some dims of same-lens tensors walked by one flat index: collapsed lens, each tensor's strides."""
+
+    lens: list[int]
+    strides: list[list[int]]
+
+    def size(self) -> int:
+        return math.prod(self.lens)
+
+    def offsets(self, var: str, prefix: str, idx: str) -> tuple[list[str], list[str]]:
+        """C lines splitting ``var`` into digits, and each tensor's offset expression."""
+        if len(self.lens) <= 1:
+            return [], [offset([var] * len(self.lens), st, idx) for st in self.strides]
+        digits = [f"{prefix}{k}" for k in range(len(self.lens))]
+        return decompose(var, self.lens, prefix, idx), [offset(digits, st, idx) for st in self.strides]
+
+
+def walk(shapes: Sequence[Shape], dims: Sequence[int], order: Sequence[int]) -> Walk:
+    """``dims`` of ``shapes`` in descending ``order`` (a stride list: memory order), collapsed."""
+    dims = sorted(dims, key=lambda d: -order[d])
+    lens = [shapes[0].lens[d] for d in dims]
+    return Walk(*collapse(lens, [[s.strides[d] for d in dims] for s in shapes]))
+
+
+def grid_for(work: int, per_block: int = BLOCK) -> tuple[int, int, int]:
+    """A 1-D grid covering ``work`` items at ``per_block`` per block, capped (loops stride the rest)."""
+    return (max(1, min(MAX_BLOCKS, -(-work // per_block))), 1, 1)
+
+
+def signature(name: str, in_types: Sequence[str], out_types: Sequence[str], threads: int = BLOCK) -> str:
+    """``extern "C"`` kernel head: ``in0..`` const restrict pointers, then ``out0..``."""
+    params = [f"const {t}* __restrict__ in{i}" for i, t in enumerate(in_types)]
+    params += [f"{t}* __restrict__ out{i}" for i, t in enumerate(out_types)]
+    return f'extern "C" __global__ void __launch_bounds__({threads}) {name}({", ".join(params)})'
+
+
+def vector_width(*types: DType) -> int:
+    """Elements per 16-byte access of the widest type (capped at 8)."""
+    return max(1, min(8, 16 // max(to_numpy(t).itemsize for t in types)))
