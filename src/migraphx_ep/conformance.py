@@ -1,7 +1,7 @@
 """ONNX's node test cases through ORT with the EP: claimed-correct / claimed-wrong / refused.
 
     python -m migraphx_ep.conformance [--ops Add,Conv] [--filter text] [--show wrong,refused,partial]
-                                      [--json out.json]
+                                      [--json out.json] [--target ref|gpu|auto] [--shard K/N]
 
 Denominator: cases ORT's own CPU EP can load and run (a model whose IR version ORT rejects is re-saved
 at IR 11; TensorProto / numpy-scalar inputs become arrays). Placement comes from ORT's profiler:
@@ -83,7 +83,7 @@ def _placement(sess) -> collections.Counter:
     )
 
 
-def run_case(ort, case, tmp: str) -> CaseResult:
+def run_case(ort, case, tmp: str, ep_options: dict[str, str] | None = None) -> CaseResult:
     op = case.model.graph.node[0].op_type if case.model.graph.node else "?"
     model = case.model
     data = [([_array(x) for x in i], [_array(x) for x in o]) for i, o in case.data_sets]
@@ -108,7 +108,8 @@ def run_case(ort, case, tmp: str) -> CaseResult:
     except Exception as e:  # noqa: BLE001
         return CaseResult(case.name, op, "not-runnable", f"ORT CPU cannot run: {str(e)[:120]}")
     try:
-        sess = _session(ort, mb, [EP, "CPUExecutionProvider"], tmp)
+        ep = (EP, ep_options) if ep_options else EP
+        sess = _session(ort, mb, [ep, "CPUExecutionProvider"], tmp)
         results = [sess.run(None, feeds) for feeds in feeds_list]
     except Exception as e:  # noqa: BLE001 - our EP broke a model ORT can run: that is our fault
         return CaseResult(case.name, op, "ep-error", str(e).splitlines()[0][:300])
@@ -147,6 +148,13 @@ def _refusal_reason(model: onnx.ModelProto) -> str:
     return "; ".join(sorted(set(part.refused.values())))[:300] or "not claimed by ORT"
 
 
+def _shard(text: str) -> tuple[int, int]:
+    k, _, n = text.partition("/")
+    if not (k.isdigit() and n.isdigit() and int(k) < int(n)):
+        raise argparse.ArgumentTypeError(f"expected K/N with 0 <= K < N, got {text!r}")
+    return int(k), int(n)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(
         prog="python -m migraphx_ep.conformance",
@@ -160,6 +168,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument("--json", default="", help="write every case's result here")
     ap.add_argument("--per-op", action="store_true", help="print a per-op table")
+    ap.add_argument(
+        "--target",
+        choices=("ref", "gpu", "auto"),
+        help="the EP's migraphx_target (default: the EP's own default, or ORT_MIGRAPHX_TARGET)",
+    )
+    ap.add_argument("--shard", type=_shard, help="K/N: only every N-th case from the K-th (parallel runs)")
     a = ap.parse_args(argv)
     warnings.simplefilter("ignore")
     import onnxruntime as ort
@@ -169,6 +183,7 @@ def main(argv: list[str] | None = None) -> int:
 
     wanted = {o for o in a.ops.split(",") if o}
     show = {s for s in a.show.split(",") if s}
+    ep_options = {"migraphx_target": a.target} if a.target else None
     results: list[CaseResult] = []
     t0 = time.time()
     cases = [c for c in collect_testcases(None) if c.kind == "node"]
@@ -178,7 +193,9 @@ def main(argv: list[str] | None = None) -> int:
                 continue
             if a.filter and a.filter not in case.name:
                 continue
-            r = run_case(ort, case, tmp)
+            if a.shard and n % a.shard[1] != a.shard[0]:
+                continue
+            r = run_case(ort, case, tmp, ep_options)
             results.append(r)
             if r.status in show:
                 print(f"{r.status:16} {r.name}: {r.detail}", flush=True)
