@@ -1,0 +1,316 @@
+"""Turn ``run.py``'s JSONL into ``docs/benchmarks.md`` (tables) and ``docs/benchmarks.json`` (rows + env).
+
+    python3 bench/report.py results.jsonl [more.jsonl ...] [--md docs/benchmarks.md] [--json FILE]
+
+Only formats what the JSONL holds: a number missing there is a dash here, a failed system says
+``error`` and its message is listed below the tables. Where a (model, batch, dtype, system) appears more
+than once (files appended by several runs), the last line wins.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import specs  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[1]
+OURS = "migraphx_ep"
+EP = "MIGraphXExecutionProvider"  # the provider name in ORT's profiler events
+SYSTEMS = {  # column order and headers
+    OURS: "ours (migraphx_ep)",
+    "ort_cuda_numpy": "ORT CUDA EP",
+    "ort_cuda_iobinding": "ORT CUDA EP, IOBinding",
+    "torch_eager": "torch eager",
+    "torch_compile_default": "torch.compile",
+    "torch_compile_reduce-overhead": "torch.compile reduce-overhead",
+    "ort_cpu": "ORT CPU EP",
+}
+TITLES = {"resnet50": "ResNet-50", "bert_base": "BERT-base seq128", "gpt2": "GPT-2 seq128"}
+ENV_KEYS = {
+    "date": "date (UTC)",
+    "gpu": "GPU",
+    "gpu_memory": "GPU memory",
+    "driver": "driver",
+    "torch_cuda": "CUDA (torch build)",
+    "ort": "onnxruntime",
+    "ort_file": "onnxruntime loaded from",
+    "torch": "torch",
+    "torchvision": "torchvision",
+    "transformers": "transformers",
+    "onnx": "onnx",
+    "migraphx_ep": "migraphx_ep",
+    "git_commit": "project commit",
+    "python": "python",
+    "host_cpus": "host CPU cores (ORT CPU EP threads)",
+    "warmup": "warm-up runs",
+    "runs": "timed runs",
+}
+
+
+def read(paths: list[str]) -> tuple[list[dict], list[dict], list[dict]]:
+    envs, results, skipped = [], [], []
+    for p in paths:
+        for n, line in enumerate(Path(p).read_text().splitlines(), 1):
+            if not line.strip():
+                continue
+            try:
+                rec = json.loads(line)
+            except json.JSONDecodeError:
+                print(f"{p}:{n}: not JSON (a run cut mid-line?), skipped", file=sys.stderr)
+                continue
+            {"env": envs, "result": results, "skipped": skipped}.get(rec.get("kind"), results).append(rec)
+    return envs, results, skipped
+
+
+def latest(results: list[dict]) -> dict[tuple, dict]:
+    return {(r["model"], r["batch"], r["dtype"], r["system"]): r for r in results}
+
+
+def _model_key(model: str) -> tuple[int, str]:
+    names = list(specs.MODELS)
+    return (names.index(model) if model in names else len(names), model)
+
+
+def _dtype_key(dtype: str) -> tuple[int, str]:
+    return (specs.DTYPES.index(dtype) if dtype in specs.DTYPES else len(specs.DTYPES), dtype)
+
+
+def row_order(keys: set[tuple]) -> list[tuple]:
+    """(model, batch) pairs: the benchmark's models in their usual order, then files by name."""
+    return sorted(keys, key=lambda k: (_model_key(k[0]), k[1]))
+
+
+def row_dtype_order(keys: set[tuple]) -> list[tuple]:
+    """(model, batch, dtype) triples, grouped by dtype."""
+    return sorted(keys, key=lambda k: (_dtype_key(k[2]), _model_key(k[0]), k[1]))
+
+
+def _ms(x: float | None) -> str:
+    if x is None:
+        return "—"
+    return f"{x:.3f}" if x < 10 else f"{x:.2f}" if x < 100 else f"{x:.1f}"
+
+
+def _s(x: float | None) -> str:
+    return "—" if x is None else f"{x:.2f}"
+
+
+def _e(x: float | None) -> str:
+    return "—" if x is None else f"{x:.1e}"
+
+
+def _cell(rec: dict | None) -> str:
+    if rec is None:
+        return "—"
+    return "error" if "error" in rec else _ms(rec.get("ms"))
+
+
+def _ratio(a: dict | None, b: dict | None) -> str:
+    if not a or not b or "ms" not in a or "ms" not in b or not b["ms"]:
+        return "—"
+    return f"{a['ms'] / b['ms']:.2f}"
+
+
+def short_error(msg: str, limit: int = 300) -> str:
+    """ORT wraps an EP's message in C++ frames and a Python stack: keep the exception type and the message."""
+    kind, _, rest = msg.partition(": ")
+    rest = rest.split("\n\nAt:")[0]
+    i = rest.find("[ONNXRuntimeError]")
+    text = f"{kind}: {rest[i:] if i > 0 else rest}".replace("\n", " ")
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _title(model: str, batch: int) -> str:
+    return f"{TITLES.get(model, model)} | {batch}"
+
+
+def speed_tables(by: dict[tuple, dict]) -> list[str]:
+    out = []
+    present = [s for s in SYSTEMS if any(k[3] == s for k in by)]
+    dtypes = sorted({k[2] for k in by}, key=_dtype_key)
+    for dtype in dtypes:
+        rows = row_order({(k[0], k[1]) for k in by if k[2] == dtype})
+        out += [f"### {dtype}: median ms per run (lower is better)", ""]
+        ratios = ["ours / ORT CUDA", "ours / torch.compile r-o"]
+        head = ["model", "batch", *(SYSTEMS[s] for s in present), *ratios]
+        out += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+        for model, batch in rows:
+            got = {s: by.get((model, batch, dtype, s)) for s in SYSTEMS}
+            cells = [_cell(got[s]) for s in present]
+            ratios = [
+                _ratio(got[OURS], got["ort_cuda_numpy"]),
+                _ratio(got[OURS], got["torch_compile_reduce-overhead"]),
+            ]
+            out.append(f"| {_title(model, batch)} | " + " | ".join(cells + ratios) + " |")
+        out.append("")
+    return out
+
+
+def compile_table(by: dict[tuple, dict]) -> list[str]:
+    head = [
+        "model",
+        "batch",
+        "dtype",
+        "ours cold (s)",
+        "ours from cache (s)",
+        "cache files",
+        "ORT CUDA session (s)",
+        "ORT CUDA first run (s)",
+        "torch.compile first call (s)",
+        "torch.compile r-o first call (s)",
+    ]
+    out = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for model, batch, dtype in row_dtype_order({k[:3] for k in by}):
+        ours = by.get((model, batch, dtype, OURS)) or {}
+        cuda = by.get((model, batch, dtype, "ort_cuda_numpy")) or {}
+        tcd = by.get((model, batch, dtype, "torch_compile_default")) or {}
+        tco = by.get((model, batch, dtype, "torch_compile_reduce-overhead")) or {}
+        cells = [
+            _s(ours.get("cold", {}).get("total_s")),
+            _s(ours.get("warm", {}).get("total_s")),
+            str(ours["cache_files"]) if "cache_files" in ours else "—",
+            _s(cuda.get("session_s")),
+            _s(cuda.get("first_run_s")),
+            _s(tcd.get("compile_s")),
+            _s(tco.get("compile_s")),
+        ]
+        out.append(f"| {_title(model, batch)} | {dtype} | " + " | ".join(cells) + " |")
+    return out
+
+
+def accuracy_table(by: dict[tuple, dict]) -> list[str]:
+    head = [
+        "model",
+        "batch",
+        "dtype",
+        "ours vs ORT CUDA: max abs",
+        "max rel",
+        "ours vs torch: max abs",
+        "max rel",
+        "non-finite",
+        "nodes on CPU",
+        "ORT CUDA vs torch: max abs",
+    ]
+    out = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for model, batch, dtype in row_dtype_order({k[:3] for k in by}):
+        ours = by.get((model, batch, dtype, OURS)) or {}
+        acc = ours.get("accuracy", {})
+        cuda_acc = (by.get((model, batch, dtype, "ort_cuda_numpy")) or {}).get("accuracy", {})
+        place = ours.get("placement")
+        cpu = "—"
+        if place is not None:
+            cpu = ", ".join(f"{k} {v}" for k, v in place["fallback_ops"].items()) or "0"
+            if not place["node_events"].get(EP):
+                cpu = "all (no node on our EP)"
+        nonfinite = sum(a.get("nonfinite", 0) for a in acc.values()) if acc else None
+        cells = [
+            _e(acc.get("vs_ort_cuda", {}).get("max_abs")),
+            _e(acc.get("vs_ort_cuda", {}).get("max_rel")),
+            _e(acc.get("vs_torch", {}).get("max_abs")),
+            _e(acc.get("vs_torch", {}).get("max_rel")),
+            "—" if nonfinite is None else str(nonfinite),
+            cpu,
+            _e(cuda_acc.get("vs_torch", {}).get("max_abs")),
+        ]
+        out.append(f"| {_title(model, batch)} | {dtype} | " + " | ".join(cells) + " |")
+    return out
+
+
+def env_lines(envs: list[dict]) -> list[str]:
+    out = ["| | |", "|---|---|"]
+    for key, label in ENV_KEYS.items():
+        values = list(dict.fromkeys(str(e[key]) for e in envs if e.get(key) not in (None, "")))
+        if key == "git_commit" and any(e.get("git_dirty") for e in envs):
+            values = [v + " (with uncommitted changes)" for v in values]
+        if values:
+            out.append(f"| {label} | {', '.join(values)} |")
+    return out
+
+
+def errors_table(results: list[dict]) -> list[str]:
+    errs = [r for r in latest(results).values() if "error" in r]
+    if not errs:
+        return []
+    out = ["## Failures", "", "| model | batch | dtype | system | error |", "|---|---|---|---|---|"]
+    for r in errs:
+        msg = short_error(r["error"]).replace("|", "\\|")
+        out.append(f"| {r['model']} | {r['batch']} | {r['dtype']} | {r['system']} | {msg} |")
+    return out + [""]
+
+
+def markdown(envs: list[dict], results: list[dict], skipped: list[dict], sources: list[str]) -> str:
+    by = latest(results)
+    timed = {k: r for k, r in by.items() if k[3] != "*"}
+    gpu = ", ".join(dict.fromkeys(e.get("gpu", "unknown GPU") for e in envs)) or "unknown GPU"
+    dates = sorted({e["date"][:10] for e in envs if "date" in e})
+    out = [
+        f"# Benchmarks: {gpu}, {', '.join(dates) or 'undated'}",
+        "",
+        f"Generated by `bench/report.py` from {', '.join(f'`{Path(s).name}`' for s in sources)}; do not edit "
+        "by hand. What each number includes: `bench/README.md`. All systems ran in one process per run on "
+        "one GPU with the same seeded inputs; models have random weights.",
+        "",
+        *env_lines(envs),
+        "",
+        "## Inference time",
+        "",
+        "Ours, ORT CUDA EP and ORT CPU EP: `sess.run` with numpy inputs and outputs (host<->device copies "
+        "included). IOBinding: inputs and outputs stay on the GPU. torch: inputs on the GPU, "
+        "`torch.cuda.synchronize()` after each call. Ratios: our median over the peer's median "
+        "(below 1: ours is faster); the ORT ratio is like for like (both numpy in/out).",
+        "",
+    ]
+    out += speed_tables(timed) if timed else ["No results.", ""]
+    out += [
+        "## Compile and session time",
+        "",
+        "Ours cold: session creation + first run (the program for this batch is compiled there) with an "
+        "empty `migraphx_model_cache_dir`; from cache: the same on a second session over that directory. "
+        "torch.compile: the first call (Dynamo + Inductor; CUDA graphs are recorded in the warm-up calls "
+        "after it).",
+        "",
+        *compile_table(timed),
+        "",
+        "## Accuracy",
+        "",
+        "Largest difference over all outputs, at the row's inputs: max |ours - ref| and that divided by "
+        "max |ref|. Non-finite: values finite in the reference but not in ours. Nodes on CPU: op types ORT's "
+        "profiler saw on another provider during our EP's first run (0: the whole graph ran on our EP).",
+        "",
+        *accuracy_table(timed),
+        "",
+    ]
+    out += errors_table(results)
+    for s in skipped:
+        rows = ", ".join(f"{r['model']} bs{r['batch']} {r['dtype']}" for r in s["rows"])
+        out += [f"Not started ({s['reason']}): {rows}.", ""]
+    return "\n".join(out) + "\n"
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("jsonl", nargs="+")
+    ap.add_argument("--md", default=str(REPO / "docs" / "benchmarks.md"))
+    ap.add_argument("--json", default=str(REPO / "docs" / "benchmarks.json"))
+    a = ap.parse_args()
+    envs, results, skipped = read(a.jsonl)
+    Path(a.md).write_text(markdown(envs, results, skipped, a.jsonl))
+    doc = {
+        "generated": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "sources": [Path(s).name for s in a.jsonl],
+        "env": envs,
+        "rows": results,
+        "skipped": skipped,
+    }
+    Path(a.json).write_text(json.dumps(doc, indent=1) + "\n")
+    print(f"{len(results)} rows, {len(envs)} env lines -> {a.md}, {a.json}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
