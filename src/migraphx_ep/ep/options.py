@@ -154,7 +154,7 @@ SPECS: list[Spec] = [
         "migraphx_exhaustive_tune",
         "ORT_MIGRAPHX_EXHAUSTIVE_TUNE",
         "working",
-        "gpu target: times cuBLASLt candidates instead of taking the heuristic's first",
+        "the gpu target always times cuBLASLt candidates and runs cuDNN Find",
     ),
     Spec("mem_limit", _int(0), "migraphx_mem_limit", None, "not yet", "no device arena yet"),
     Spec(
