@@ -194,39 +194,34 @@ def _residual(v: Instruction, out: Instruction) -> bool:
     return v.shape.lens == out.shape.lens and v.shape.type == out.shape.type and v.shape.standard()
 
 
-def match_gemm(dot: Instruction) -> Group | None:
-    g = Group("gemm", dot, [dot], {"bias": None, "residual": None})
-    u = only_user(dot)
+def _epilogue(g: Group, axis: int, relu: bool) -> Group | None:
+    """Extend ``g`` (a product) with ``+ bias`` broadcast along ``axis``, then ``+ residual``, then
+    (where the library has it) relu: each only if it is the sole reader of the value before it."""
+    head = g.root
+    u = only_user(head)
     if u is not None and u.name == "add" and u.inputs[0] is not u.inputs[1]:
-        b = _other(u, dot)
-        if b is not None and _bias_along(b, dot.shape.ndim() - 1, dot):
+        b = _other(u, head)
+        if b is not None and _bias_along(b, axis, head):
             g.args["bias"], g.root = b, u
             g.covered.append(u)
             u = only_user(u)
     if u is not None and u.name == "add" and u.inputs[0] is not u.inputs[1]:
         r = _other(u, g.root)
-        if r is not None and _residual(r, dot):
+        if r is not None and _residual(r, head):
             g.args["residual"], g.root = r, u
             g.covered.append(u)
+            u = only_user(u)
+    if relu and u is not None and u.name == "relu":
+        g.args["relu"], g.root = True, u
+        g.covered.append(u)
     return g if len(g.covered) > 1 else None
+
+
+def match_gemm(dot: Instruction) -> Group | None:
+    g = Group("gemm", dot, [dot], {"bias": None, "residual": None, "relu": False})
+    return _epilogue(g, dot.shape.ndim() - 1, relu=False)
 
 
 def match_conv(conv: Instruction) -> Group | None:
     g = Group("conv", conv, [conv], {"bias": None, "residual": None, "relu": False})
-    u = only_user(conv)
-    if u is not None and u.name == "add" and u.inputs[0] is not u.inputs[1]:
-        b = _other(u, conv)
-        if b is not None and _bias_along(b, 1, conv):
-            g.args["bias"], g.root = b, u
-            g.covered.append(u)
-            u = only_user(u)
-    if u is not None and u.name == "add" and u.inputs[0] is not u.inputs[1]:
-        r = _other(u, g.root)
-        if r is not None and _residual(r, conv):
-            g.args["residual"], g.root = r, u
-            g.covered.append(u)
-            u = only_user(u)
-    if u is not None and u.name == "relu":
-        g.args["relu"], g.root = True, u
-        g.covered.append(u)
-    return g if len(g.covered) > 1 else None
+    return _epilogue(g, 1, relu=True)
