@@ -120,10 +120,12 @@ class Resize(Op):
             w = _cubic(s * (np.arange(start, 2 - start) - r), a)
         return w / w.sum(axis=1, keepdims=True)
 
-    def _resize_axis(self, x: np.ndarray, axis: int) -> np.ndarray:
-        n_in, n_out, scale = x.shape[axis], self.out_lens[axis], float(self.scales[axis])
-        r = x.ndim
-        roi = (self.roi[axis], self.roi[axis + r]) if self.roi else (0.0, 1.0)
+    def axis_taps(self, n_in: int, axis: int, rank: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """One axis's source coordinates [n_out], neighbour indices [n_out, taps] (clipped to the input:
+        outside taps read the edge value) and weights [n_out, taps]. The gpu target bakes these same
+        tables into its resize kernels."""
+        n_out, scale = self.out_lens[axis], float(self.scales[axis])
+        roi = (self.roi[axis], self.roi[axis + rank]) if self.roi else (0.0, 1.0)
         x_ori = source_coords(
             self.coordinate_transformation_mode, np.arange(n_out, dtype=np.float64), scale, n_in, n_out, roi
         )
@@ -145,7 +147,12 @@ class Resize(Op):
             w = np.where((nbr < 0) | (nbr >= n_in), 0.0, w)
             total = w.sum(axis=1, keepdims=True)
             w = w / np.where(total == 0, 1.0, total)
-        nbr = np.clip(nbr, 0, n_in - 1)  # outside taps read the edge value
+        return x_ori, np.clip(nbr, 0, n_in - 1), w
+
+    def _resize_axis(self, x: np.ndarray, axis: int) -> np.ndarray:
+        n_in, n_out = x.shape[axis], self.out_lens[axis]
+        r = x.ndim
+        x_ori, nbr, w = self.axis_taps(n_in, axis, r)
         if self.mode == "nearest":
             out = np.take(x, nbr[np.arange(n_out), np.argmax(w, axis=1)], axis=axis)
         else:

@@ -303,8 +303,6 @@ _MAX_TABLE = 16384  # output positions per resized axis baked into the source
 def resize_tables(op: Op, in_lens: tuple[int, ...]) -> list[tuple[np.ndarray, np.ndarray, np.ndarray] | None]:
     """Per axis, None when the ref skips it, else (neighbours [n_out, taps], weights float64 [n_out,
     taps], outside [n_out]): the per-axis steps of ``Resize.compute`` (nearest keeps one tap)."""
-    from ....ops.resize import source_coords
-
     r = len(in_lens)
     tables: list[tuple[np.ndarray, np.ndarray, np.ndarray] | None] = []
     for axis in range(r):
@@ -317,24 +315,7 @@ def resize_tables(op: Op, in_lens: tuple[int, ...]) -> list[tuple[np.ndarray, np
             tables.append(None)
             continue
         ctm = op.coordinate_transformation_mode  # type: ignore[attr-defined]
-        x_ori = source_coords(ctm, np.arange(n_out, dtype=np.float64), scale, n_in, n_out, roi)
-        base = np.floor(x_ori)
-        w = op._weights(np.where(x_ori == base, 1.0, x_ori - base), scale)  # type: ignore[attr-defined]
-        n = w.shape[1]
-        pad = -(-n // 2)
-        xp = x_ori + pad
-        p = np.floor(xp).astype(np.int64)
-        frac = xp - p
-        if n % 2 == 0:
-            first = p + np.where(frac == 0, -(n // 2), -(n // 2) + 1)
-        else:
-            first = p + np.where(frac <= 0.5, -((n - 1) // 2), -((n - 1) // 2) + 1)
-        nbr = first[:, None] + np.arange(n) - pad
-        if op.exclude_outside:  # type: ignore[attr-defined]
-            w = np.where((nbr < 0) | (nbr >= n_in), 0.0, w)
-            total = w.sum(axis=1, keepdims=True)
-            w = w / np.where(total == 0, 1.0, total)
-        nbr = np.clip(nbr, 0, n_in - 1)
+        x_ori, nbr, w = op.axis_taps(n_in, axis, r)  # type: ignore[attr-defined]
         if op.mode == "nearest":  # type: ignore[attr-defined]
             nbr = nbr[np.arange(n_out), np.argmax(w, axis=1)][:, None]
             w = np.ones_like(nbr, np.float64)
