@@ -85,6 +85,15 @@ def test_pooling_average_excludes_pads():
     np.testing.assert_allclose(y[0, 0, 0, 0], x[0, 0, :2, :2].mean(), rtol=1e-6)
 
 
+def test_pooling_max_bfloat16_pads_with_minus_infinity():
+    import ml_dtypes
+
+    x = (np.arange(16, dtype=np.float32) - 20).reshape(1, 1, 4, 4).astype(ml_dtypes.bfloat16)
+    y, _ = run_op("pooling", [x], mode="max", padding=[1, 1, 1, 1], stride=[2, 2], lengths=[2, 2])
+    assert y.dtype == ml_dtypes.bfloat16
+    np.testing.assert_array_equal(y.astype(np.float32)[0, 0], [[-20, -18, -17], [-12, -10, -9], [-8, -6, -5]])
+
+
 CONV_CASES = [
     dict(group=2, pads=[1, 0, 2, 1], strides=[2, 1], dilations=[1, 2]),
     dict(group=1, auto_pad="SAME_UPPER", strides=[2, 3]),

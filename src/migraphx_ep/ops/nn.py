@@ -13,7 +13,7 @@ from typing import ClassVar
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
-from ..ir.dtypes import FLOAT_TYPES, INT_TYPES, DType
+from ..ir.dtypes import FLOAT_TYPES, INT_TYPES, DType, from_numpy, is_float
 from ..ir.operation import Op, register_op
 from ..ir.shape import Shape, ShapeError, check_shapes
 from .base import NUMERIC_TYPES
@@ -259,7 +259,8 @@ class Pooling(Op):
         full_pad = tuple(p[:k]) + tuple(p[k + i] + extra[i] for i in range(k))
         red = tuple(range(2 + k, 2 + 2 * k))
         if self.mode == "max":
-            low = -np.inf if x.dtype.kind == "f" else np.iinfo(x.dtype).min
+            # bfloat16 and fp8 (ml_dtypes) are floats numpy does not call kind "f"
+            low = -np.inf if is_float(from_numpy(x.dtype)) else np.iinfo(x.dtype).min
             xp = _pad_spatial(x, full_pad, low)
             return windows(xp, outs, self.lengths, s, d).max(axis=red).astype(out.dtype)
         acc = np.float64 if x.dtype == np.float64 else np.float32
