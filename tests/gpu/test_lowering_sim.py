@@ -80,3 +80,30 @@ def test_plan_places_disjoint_lifetimes_at_the_same_offset() -> None:
     assert a.offset == b.offset and c.offset not in (a.offset,)
     assert size == 1024 + 256
     check_plan([a, b, c])
+
+
+@pytest.mark.parametrize("var", ["MIGRAPHX_EP_NHWC", "MIGRAPHX_EP_CONV_EPILOGUE"])
+def test_bad_switch_value_is_an_error_naming_it(monkeypatch, var: str) -> None:
+    monkeypatch.setenv(var, "sideways")
+    with pytest.raises(ValueError, match=rf"{var}='sideways': expected one of"):
+        lower(_program("resnet.onnx").get_main_module(), use_blas=True, use_dnn=True)
+
+
+def test_unsupported_names_the_first_op_without_a_gpu_kernel() -> None:
+    from onnx import TensorProto, helper
+
+    from migraphx_ep.targets.gpu.lowering import unsupported
+
+    assert unsupported(_program("bert.onnx").get_main_module()) is None
+    node = helper.make_node("TopK", ["x", "k"], ["v", "i"], axis=1)
+    g = helper.make_graph(
+        [node], "topk",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 5])],
+        [helper.make_tensor_value_info("v", TensorProto.FLOAT, [2, 2]),
+         helper.make_tensor_value_info("i", TensorProto.INT64, [2, 2])],
+        [helper.make_tensor("k", TensorProto.INT64, [1], [2])],
+    )  # fmt: skip
+    prog = parse_graph(
+        model_to_dict(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]))
+    ).program
+    assert "topk" in (unsupported(prog.get_main_module()) or "")

@@ -91,21 +91,18 @@ class MIGraphXEp:
             quantize_fp16(prog)
         elif options.bf16_enable:
             quantize_bf16(prog)
-        if self.target_name != "gpu":
-            prog.compile(self.target(), exhaustive_tune=options.exhaustive_tune)
-            return
-        from ..targets.gpu.kernels.spec import Unsupported
+        target = self.target()
+        if self.target_name == "gpu":
+            from ..targets.gpu.lowering import unsupported
 
-        backup = prog.clone()
-        try:
-            prog.compile(self.target(), exhaustive_tune=options.exhaustive_tune)
-        except Unsupported as e:
-            # Only reachable for nodes claimed before their input values were known (value
-            # specialisation): the partition could not ask the gpu target then. Right answers on the
-            # ref target beat a failed Run; the warning names what ran there.
-            log.warning("%s: %s; this subgraph runs on the ref target (CPU) instead", EP_NAME, e)
-            prog.modules, prog._exe, prog.target_name = backup.modules, None, None
-            prog.compile(get_target("ref"))
+            reason = unsupported(prog.get_main_module())
+            if reason is not None:
+                # Only reachable for nodes claimed before their input values were known (value
+                # specialisation): the partition could not ask the gpu target then. Right answers
+                # on the ref target beat a failed Run; the warning names what runs there.
+                log.warning("%s: %s; this subgraph runs on the ref target (CPU) instead", EP_NAME, reason)
+                target = get_target("ref")
+        prog.compile(target, exhaustive_tune=options.exhaustive_tune)
 
     def target(self):
         if self.target_name == "gpu":

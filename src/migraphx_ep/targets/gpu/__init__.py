@@ -87,7 +87,6 @@ class GpuTarget:
             lowered,
             device,
             allow_tf32=self.allow_tf32,
-            tune=options.exhaustive_tune,
             artifacts=artifacts,
             param_shapes=main.get_parameter_shapes(),
         )

@@ -41,7 +41,6 @@ class GpuExecutable:
         device: cuda.Device,
         *,
         allow_tf32: bool,
-        tune: bool = False,
         artifacts: dict | None = None,
         param_shapes: dict | None = None,
     ) -> None:
@@ -59,9 +58,9 @@ class GpuExecutable:
         self.arena_bytes = plan_lowered(lowered)
         self.arena = cuda.alloc(self.arena_bytes)
         self._upload_weights()
-        launches = self._bind(tune)
+        launches = self._bind()
         self.workspace = cuda.alloc(self._workspace_bytes)
-        self._launches = [lf for lf in launches]
+        self._launches = launches
         self.inputs = [(name, self.ptr(b), b.shape) for name, b in lowered.inputs.items()]
         self.outputs: list[tuple[int, Any] | np.ndarray] = [
             o if isinstance(o, np.ndarray) else (self.ptr(o), o.shape) for o in lowered.outputs
@@ -98,7 +97,7 @@ class GpuExecutable:
         return base + b.storage.offset + b.offset
 
     # -- binding -------------------------------------------------------------------------------------------
-    def _bind(self, tune: bool) -> list[Launch]:
+    def _bind(self) -> list[Launch]:
         steps = self.lowered.steps
         kernel_steps = [s for s in steps if isinstance(s, KernelStep)]
         self._compile_kernels([s.spec for s in kernel_steps])
@@ -120,7 +119,7 @@ class GpuExecutable:
             elif isinstance(s, GemmStep | ConvStep):
                 try:
                     bind = self._bind_gemm if isinstance(s, GemmStep) else self._bind_conv
-                    launches.append(bind(i, s, tune))
+                    launches.append(bind(i, s))
                 except Unsupported as e:
                     log.info("%s: library refused (%s); using a generated kernel", s.label, e)
                     launches.append(self._bind_fallback(s, modules))
@@ -183,7 +182,7 @@ class GpuExecutable:
             images = list(ex.map(lambda sp: compile_source(sp.source, arch, sp.name), todo.values()))
         self._images.update(zip(todo.keys(), images, strict=True))
 
-    def _bind_gemm(self, i: int, s: GemmStep, tune: bool) -> Launch:
+    def _bind_gemm(self, i: int, s: GemmStep) -> Launch:
         from . import blas
 
         key = f"gemm{i}"
@@ -202,7 +201,7 @@ class GpuExecutable:
         self._workspace_bytes = max(self._workspace_bytes, align(p.workspace_size))
         return lambda stream: p.run(stream, a, b, c, d, bias, self.workspace.ptr)
 
-    def _bind_conv(self, i: int, s: ConvStep, tune: bool) -> Launch:
+    def _bind_conv(self, i: int, s: ConvStep) -> Launch:
         from . import dnn
 
         key = f"conv{i}"

@@ -32,9 +32,16 @@ from .patterns import Group, is_view, match_conv, match_gemm, match_layernorm, o
 log = logging.getLogger("migraphx_ep.gpu")
 
 GEMM_TYPES = frozenset({DType.float_type, DType.half_type, DType.bf16_type, DType.double_type})
-# Where a convolution's bias/residual/relu run: in cuDNN's fused call ("cudnn"), or as one generated
-# pointwise kernel after a plain cuDNN convolution ("kernel").
-_CONV_EPILOGUE = os.environ.get("MIGRAPHX_EP_CONV_EPILOGUE", "cudnn")
+
+
+def env_choice(name: str, default: str, allowed: tuple[str, ...]) -> str:
+    """A debugging switch from the environment; a value it does not know is an error, not a default."""
+    value = os.environ.get(name, default).strip().lower() or default
+    if value not in allowed:
+        raise ValueError(f"{name}={value!r}: expected one of {', '.join(allowed)}")
+    return value
+
+
 # cuBLASLt has bias/residual epilogues for these; double GEMMs run plain with separate adds.
 EPILOGUE_TYPES = frozenset({DType.float_type, DType.half_type, DType.bf16_type})
 
@@ -105,6 +112,9 @@ class Lowering:
         self.m = module
         # NHWC activations for 2-D convolutions (tensor-core kernels want them); None = decide per model.
         self.channels_last = channels_last
+        # Where a convolution's bias/residual/relu run: in cuDNN's fused call ("cudnn"), or as one
+        # generated pointwise kernel after a plain cuDNN convolution ("kernel").
+        self.conv_epilogue = env_choice("MIGRAPHX_EP_CONV_EPILOGUE", "cudnn", ("cudnn", "kernel"))
         self.use_blas = use_blas
         self.use_dnn = use_dnn
         self.bufs: dict[int, Buf] = {}
@@ -127,7 +137,7 @@ class Lowering:
                 g = match_layernorm(ins)
             elif ins.name == "dot" and self.use_blas and ins.shape.type in EPILOGUE_TYPES:
                 g = match_gemm(ins)
-            elif ins.name == "convolution" and self._conv_on_dnn(ins) and _CONV_EPILOGUE != "kernel":
+            elif ins.name == "convolution" and self._conv_on_dnn(ins) and self.conv_epilogue != "kernel":
                 g = match_conv(ins)
             if g is not None and not any(id(c) in self.covered for c in g.covered):
                 self.covered.update(id(c) for c in g.covered)
@@ -454,7 +464,7 @@ def _want_channels_last(m: Module, use_dnn: bool) -> bool:
     """NHWC pays off where tensor cores run the convolutions (half, bf16, and fp32 through TF32), and
     makes 1x1 convolutions plain GEMMs. ``MIGRAPHX_EP_NHWC=0`` turns it off."""
 
-    mode = os.environ.get("MIGRAPHX_EP_NHWC", "auto")
+    mode = env_choice("MIGRAPHX_EP_NHWC", "auto", ("auto", "0", "1"))
     if mode == "0" or not use_dnn:
         return False
     convs = [i for i in m.instructions if i.name == "convolution" and i.shape.ndim() == 4]
@@ -554,6 +564,15 @@ def plan_lowered(lowered: Lowered) -> int:
         if st.first > st.last:  # written and never read: it still needs its own bytes
             st.last = st.first
     return plan(lowered.storages)
+
+
+def unsupported(module: Module) -> str | None:
+    """Why the gpu target cannot lower ``module`` (its first instruction without a kernel), or None."""
+    for ins in module.instructions:
+        reason = instruction_supported(ins)
+        if reason is not None:
+            return reason
+    return None
 
 
 def lower(module: Module, use_blas: bool, use_dnn: bool, channels_last: bool | None = None) -> Lowered:
