@@ -91,6 +91,11 @@ class Marshaller {
     g["initializers"] = inits_;
     g["overridable_initializers"] = overridable_;
     g["opsets"] = opsets();
+    // A control-flow body (If/Loop/Scan) offered on its own: Python then treats the outer-scope values
+    // it reads as inputs, and holds back its refusal summary until the enclosing graph is offered.
+    const OrtNode* parent = nullptr;
+    check(ort().Graph_GetParentNode(graph, &parent));
+    g["is_subgraph"] = parent != nullptr;
 
     size_t n = 0;
     check(ort().Graph_GetNumInitializers(graph, &n));

@@ -38,7 +38,8 @@ Graph dict (the same for GetCapability's whole graph and Compile's fused subgrap
                        "shape": [int | str (symbolic) | None (unknown)] or None (rank unknown)}},
      "initializers": {name: ndarray},              # constant initializers
      "overridable_initializers": {name: ndarray},  # defaults of graph inputs (IR >= 4)
-     "opsets": {domain: version}}
+     "opsets": {domain: version},
+     "is_subgraph": bool}                           # a control-flow body offered on its own
 
 Attribute values: int, float, str, list[int], list[float], list[str], ndarray (TENSOR, an owned copy),
 "<graph>" (body under node["subgraphs"]), or :class:`Unsupported` (refuse the node, say why).

@@ -13,7 +13,8 @@ from ..targets import TargetError, get_target
 from .cache import ProgramStore
 from .compiled import CompiledSubgraph
 from .options import EpOptions, parse_options
-from .partition import partition
+from .partition import Partition, partition
+from .subgraphs import expand_fused, is_ours, with_outer_scope_inputs
 
 log = logging.getLogger("migraphx_ep")
 
@@ -45,6 +46,10 @@ class MIGraphXEp:
         self.compiled: list[CompiledSubgraph] = []
         self.store = ProgramStore(self.options)
         self.last_partition: dict[str, Any] = {}
+        # fused node name -> the graph its Compile received: control-flow bodies holding such nodes
+        # are expanded back (see ep/subgraphs.py) so the control-flow node can be claimed whole.
+        self.fused_graphs: dict[str, dict] = {}
+        self._refusals = RefusalSummary()
 
     # -- GetCapability --------------------------------------------------------------------------
     def get_capability(self, graph: dict) -> list[list[int]]:
@@ -53,23 +58,14 @@ class MIGraphXEp:
             from ..targets.gpu.lowering import instruction_supported
 
             check = instruction_supported
+        graph = with_outer_scope_inputs(expand_fused(graph, self.fused_graphs))
         part = partition(graph, check)
         self.last_partition = {"groups": part.groups, "refused": part.refused}
-        nodes = {n["index"]: n for n in graph["nodes"]}
         if self.options.dump_model_ops:
             self._dump(graph, part.groups, part.refused)
-        if part.refused:
-            counts = collections.Counter(nodes[i]["op_type"] for i in part.refused)
-            claimed = sum(len(g) for g in part.groups)
-            log.warning(
-                "%s: claimed %d of %d nodes in %d partition(s); %d left to other providers: %s",
-                EP_NAME,
-                claimed,
-                len(nodes),
-                len(part.groups),
-                len(part.refused),
-                ", ".join(f"{op} x{n}" for op, n in counts.most_common()),
-            )
+        self._refusals.add(graph, part)
+        if not graph.get("is_subgraph"):
+            self._refusals.flush()
         return part.groups
 
     def _dump(self, graph: dict, groups: list[list[int]], refused: dict[int, str]) -> None:
@@ -110,11 +106,49 @@ class MIGraphXEp:
         return get_target(self.target_name)
 
     def compile(self, graph: dict, fused_node_name: str) -> CompiledSubgraph:
+        graph = expand_fused(graph, self.fused_graphs)
+        self.fused_graphs[fused_node_name] = graph
         c = CompiledSubgraph(
             graph, fused_node_name, self.options, self.compile_program, self.store, self.target_name
         )
         self.compiled.append(c)
         return c
+
+
+class RefusalSummary:
+    """One warning per session for the nodes left to other providers, not one per GetCapability call.
+
+    ORT offers control-flow bodies before the graph holding them and may offer a graph twice; bodies
+    are gathered and reported with their enclosing graph, and an unchanged summary is not repeated.
+    Our own fused nodes (offered again in later rounds) are not refusals."""
+
+    def __init__(self) -> None:
+        self.nodes = 0
+        self.claimed = 0
+        self.partitions = 0
+        self.refused: collections.Counter[str] = collections.Counter()
+        self._last = ""
+
+    def add(self, graph: dict, part: Partition) -> None:
+        ops = {n["index"]: n for n in graph["nodes"] if not is_ours(n)}
+        self.nodes += len(ops)
+        self.claimed += sum(len(g) for g in part.groups)
+        self.partitions += len(part.groups)
+        self.refused.update(ops[i]["op_type"] for i in part.refused if i in ops)
+
+    def flush(self) -> None:
+        if self.refused:
+            text = (
+                f"{EP_NAME}: claimed {self.claimed} of {self.nodes} nodes in {self.partitions} "
+                f"partition(s); {sum(self.refused.values())} left to other providers: "
+                + ", ".join(f"{op} x{n}" for op, n in self.refused.most_common())
+                + " (ORT_MIGRAPHX_DUMP_MODEL_OPS=1 lists each node with its reason)"
+            )
+            if text != self._last:
+                log.warning("%s", text)
+                self._last = text
+        self.nodes = self.claimed = self.partitions = 0
+        self.refused.clear()
 
 
 def create_ep(options: dict[str, str]) -> MIGraphXEp:

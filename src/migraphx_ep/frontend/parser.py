@@ -110,6 +110,7 @@ class GraphParser:
         self.tolerant = tolerant
         self.claimed = claimed
         self.refused: dict[int, str] = {}
+        self.deferred: dict[str, list[str]] = {}  # value of unknown rank -> the inputs it waits on
         self._sub_count = 0
 
     def parse(
@@ -148,6 +149,8 @@ class GraphParser:
                 return values[name]
             if name in bad_inputs:
                 raise Unsupported(bad_inputs[name])
+            if name in self.deferred:
+                raise NeedsValue(self.deferred[name], f"the shape of {name!r}")
             raise Unsupported(f"value {name!r} is not defined")
 
         bad_inputs: dict[str, str] = {}
@@ -184,9 +187,12 @@ class GraphParser:
                 if not self.specialize:
                     self._refuse(desc, str(e), module, values, infos)
                     continue
+                if not self._deferrable(desc, e):
+                    self._refuse(desc, f"{e} (only known at Run)", module, values, infos)
+                    continue
                 # Claimable once the EP knows the values: outputs are opaque for the rest of the probe.
                 self.needs_values[desc.index] = e.names
-                self._opaque_outputs(desc, module, values, infos)
+                self._opaque_outputs(desc, module, values, infos, deferred_on=e.names)
                 continue
             except (Unsupported, ShapeError, UnsupportedTypeError, ParseError) as e:
                 self._refuse(desc, str(e), module, values, infos)
@@ -262,14 +268,28 @@ class GraphParser:
             if o and o in values and values[o].is_param():
                 self._note_candidate(o, values[o].shape, _static_dims(infos.get(o)))
 
-    def _opaque_outputs(self, desc: NodeDesc, module: Module, values: dict, infos: dict) -> None:
+    def _deferrable(self, desc: NodeDesc, e: NeedsValue) -> bool:
+        """A node waiting on a value-specialised input is claimable; one waiting only on the *shape* of
+        a value computed from such an input only when its op cannot refuse over a shape."""
+        if not any(n in self.deferred for n in desc.inputs):
+            return True
+        return desc.domain in ("", "ai.onnx") and desc.op_type in SHAPE_AGNOSTIC_OPS
+
+    def _opaque_outputs(
+        self, desc: NodeDesc, module: Module, values: dict, infos: dict, deferred_on: list[str] | None = None
+    ) -> None:
         for o in desc.outputs:
             if not o:
                 continue
             try:
                 values[o] = module.add_parameter(o, value_shape(infos.get(o), o, self.resolve_dim))
             except (Unsupported, ShapeError, ValueError):
-                values.pop(o, None)  # unknown: consumers will be refused with "not defined"
+                values.pop(o, None)
+                # Unknown rank (ONNX can't infer it without the value): a value-specialised node's
+                # output is known at Run, so its shape-agnostic readers wait for it too; anything
+                # else reading it is refused ("not defined").
+                if deferred_on and (infos.get(o) or {}).get("dtype"):
+                    self.deferred[o] = deferred_on
 
     def _note_candidate(self, name: str, shape: Shape, static: bool) -> None:
         if self.specialize and static and shape.elements() <= MAX_SPECIALISED_ELEMENTS:
@@ -395,6 +415,13 @@ def _check_declared(name: str, ins: Instruction, info: dict | None) -> None:
 
 
 MAX_SPECIALISED_ELEMENTS = 64  # axes, shapes, pads, scales, k...: never data tensors
+
+# Ops that translate for any input shape (only the element type can refuse them): the probe may claim
+# them on a value whose rank is only known at Run (see GraphParser._deferrable).
+SHAPE_AGNOSTIC_OPS = frozenset(
+    "Cast CastLike Identity Abs Neg Sqrt Reciprocal Exp Log Relu Sigmoid Tanh Erf Floor Ceil Sign "
+    "Sin Cos Softplus Softsign".split()
+)
 
 
 def _static_dims(info: dict | None) -> bool:

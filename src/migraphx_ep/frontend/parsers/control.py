@@ -12,7 +12,7 @@ from ...ir.dtypes import DType
 from ...ir.instruction import Instruction
 from ...ir.module import Module
 from ...ir.shape import Shape
-from ..context import NodeDesc, ParseContext, normalize_axis
+from ..context import NodeDesc, ParseContext, normalize_axis, param_deps
 from ..table import Unsupported, onnx_op
 
 
@@ -45,6 +45,12 @@ def parse_if(ctx: ParseContext, node: NodeDesc, args):
     if cond.shape.elements() != 1 or cond.shape.type != DType.bool_type:
         raise Unsupported("If: condition must be a one-element bool tensor")
     c = ctx.const(cond)
+    deps = param_deps(cond) if c is None else None
+    if deps and all(d in ctx.value_candidates for d in deps):
+        # A condition the EP can learn at Run (e.g. computed in another partition from shapes): compile
+        # only the taken branch, as ONNX runs only that one; the other may not even be valid for
+        # these shapes (a Squeeze of a dim that is not 1).
+        c = ctx.require_const(cond, "If condition")
     if c is not None:
         # A known condition (common after shape arithmetic folds): only the taken branch exists.
         return ctx.inline_subgraph("then_branch" if bool(np.asarray(c).reshape(())) else "else_branch")
