@@ -3,9 +3,15 @@
     python -m migraphx_ep.conformance [--ops Add,Conv] [--filter text] [--show wrong,refused,partial]
                                       [--json out.json] [--target ref|gpu|auto] [--shard K/N]
 
-Denominator: cases ORT's own CPU EP can load and run (a model whose IR version ORT rejects is re-saved
-at IR 11; TensorProto / numpy-scalar inputs become arrays). Placement comes from ORT's profiler:
-a case is *claimed* when every node event names our provider, *partial* when some do.
+Denominator: cases the *installed* ORT's own CPU EP can load and run (a model whose IR version ORT
+rejects is re-saved at IR 11; TensorProto / numpy-scalar inputs become arrays), so it grows as ORT
+learns new ops. Placement comes from ORT's profiler: a case is *claimed* when every node event names
+our provider, *partial* when some do. The EP's session runs with ORT's graph optimisations off, so the
+node under test reaches the EP as ONNX wrote it (with them on, ORT constant-folds e.g. a lone Shape and
+no provider runs anything).
+
+Exit status: 0 when nothing is claimed-wrong and every ep-error is one of KNOWN_RUN_TIME_REFUSALS
+(documented value-dependent refusals), 1 otherwise.
 """
 
 from __future__ import annotations
@@ -24,6 +30,17 @@ import numpy as np
 import onnx
 
 EP = "MIGraphXExecutionProvider"
+
+# Value-dependent refusals found only at Run: the node needs an input's *value* (specialised at Run),
+# and for these values the compiler refuses (ORT and ONNX's reference disagree there). The session
+# then fails with an error naming node and reason - never a wrong number. A new one is a failure.
+KNOWN_RUN_TIME_REFUSALS = frozenset(
+    {
+        "test_maxunpool_export_with_output_shape",
+        "test_resize_downsample_scales_linear_align_corners",
+        "test_resize_downsample_scales_cubic_align_corners",
+    }
+)
 
 
 @dataclass
@@ -63,7 +80,9 @@ def _mismatch(got, want: np.ndarray, rtol: float, atol: float) -> str | None:
 def _session(ort, model_bytes: bytes, providers: list, profile_dir: str | None):
     so = ort.SessionOptions()
     so.log_severity_level = 4
-    if profile_dir:
+    if profile_dir:  # the EP's session, profiled for placement
+        # ...and unoptimised, so the node under test reaches the EP instead of being folded by ORT
+        so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
         so.enable_profiling = True
         so.profile_file_prefix = os.path.join(profile_dir, "p")
     return ort.InferenceSession(model_bytes, so, providers=providers)
@@ -221,7 +240,8 @@ def main(argv: list[str] | None = None) -> int:
     if a.json:
         with open(a.json, "w") as f:
             json.dump({"counts": dict(counts), "cases": [asdict(r) for r in results]}, f, indent=1)
-    return 1 if counts["claimed-wrong"] or counts["ep-error"] else 0
+    unexpected = [r.name for r in results if r.status == "ep-error" and r.name not in KNOWN_RUN_TIME_REFUSALS]
+    return 1 if counts["claimed-wrong"] or unexpected else 0
 
 
 if __name__ == "__main__":

@@ -35,6 +35,10 @@ def parse_recurrent(ctx: ParseContext, node: NodeDesc, args):
         raise Unsupported(f"direction {direction!r}")
     d = 2 if direction == "bidirectional" else 1
     acts = [_str(a).lower() for a in node.attr("activations", [])] or DEFAULT_ACTS[kind] * d
+    if kind == "rnn" and d == 1 and acts == ["tanh", "tanh"]:
+        # ONNX's schema default for RNN is [Tanh, Tanh] whatever the direction (ORT >= 1.32 passes
+        # defaults on); one direction uses the first, as ONNX's reference does.
+        acts = acts[:1]
     bad = [a for a in acts if a not in ACTIVATIONS]
     if bad or len(acts) != len(DEFAULT_ACTS[kind]) * d:
         raise Unsupported(f"activations {acts}")
