@@ -106,28 +106,35 @@ def convex_groups(nodes: list[dict], supported: set[int]) -> list[list[int]]:
     return [g for g in groups.values() if g]
 
 
+def _probe(graph: dict, **kw) -> dict[int, str]:
+    """Refusals of a tolerant parse that hold for two unrelated choices of symbolic sizes.
+
+    A symbolic dim has no size until Run, so a shape check in the probe (a pooling window larger than
+    the input, a concat of dims that differ) can fail for made-up sizes that real inputs never have.
+    A node refused for one choice but accepted for the other is claimed: its per-shape compile runs
+    the same checks on real dims, and a failure there is an error naming the node, never a wrong number."""
+    small = parse_graph(graph, resolve_dim=probe_dims(), **kw).refused
+    if not small:
+        return small
+    large = parse_graph(graph, resolve_dim=probe_dims(large=True), **kw).refused
+    return {i: r for i, r in small.items() if i in large}
+
+
 def partition(graph: dict, check: Check | None = None) -> Partition:
     """Probe-parse, group, then re-probe with group boundaries until claims are stable.
 
     ``check`` is the target's veto on single instructions (the gpu target's missing kernels)."""
     nodes = graph["nodes"]
     all_idx = {n["index"] for n in nodes}
-    probe0 = parse_graph(graph, resolve_dim=probe_dims(), tolerant=True, specialize=True, check=check)
-    refused: dict[int, str] = dict(probe0.refused)
+    refused: dict[int, str] = _probe(graph, tolerant=True, specialize=True, check=check)
     groups: list[list[int]] = []
     for _ in range(MAX_ROUNDS):
         groups = convex_groups(nodes, all_idx - set(refused))
         group_of = {i: g for g, members in enumerate(groups) for i in members}
-        probe = parse_graph(
-            graph,
-            resolve_dim=probe_dims(),
-            tolerant=True,
-            claimed=set(group_of),
-            group_of=group_of,
-            specialize=True,
-            check=check,
+        probed = _probe(
+            graph, tolerant=True, claimed=set(group_of), group_of=group_of, specialize=True, check=check
         )
-        newly = {i: r for i, r in probe.refused.items() if i in group_of}
+        newly = {i: r for i, r in probed.items() if i in group_of}
         if not newly:
             break
         for i, r in newly.items():

@@ -455,14 +455,21 @@ def fixed_dims(value: int) -> DimResolver:
     return resolve
 
 
-def probe_dims() -> DimResolver:
-    """Distinct small sizes per symbol so the probe doesn't mistake unrelated dims for equal ones."""
+def probe_dims(large: bool = False) -> DimResolver:
+    """A size per symbol for the partition probe: one name, one size; different names, different sizes
+    (so unrelated dims are not mistaken for equal ones); an unnamed unknown dim is 1, which broadcasts.
+
+    Small sizes (2, 3, 4...) fit models whose dims are bounded (a transformer's positions); ``large``
+    sizes, odd multiples of 32 (96, 160, 224...), fit every pooling window and kernel and divide
+    through five stride-2 stages, so a detector's downsample-upsample-concat paths line up as they do
+    for real image sizes. The partitioner refuses only what both refuse (see ep/partition.py)."""
     sizes: dict[str, int] = {}
 
     def resolve(name: str, axis: int, dim: Any) -> int:
         if not dim:
             return 1
-        return sizes.setdefault(str(dim), 2 + len(sizes))
+        n = len(sizes)
+        return sizes.setdefault(str(dim), 32 * (3 + 2 * n) if large else 2 + n)
 
     return resolve
 
