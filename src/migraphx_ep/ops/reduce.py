@@ -1,4 +1,4 @@
-"""Reductions (MIGraphX ``reduce_*``, ``argmax``/``argmin``, ``prefix_scan_sum``).
+"""Reductions (MIGraphX ``reduce_*``, ``argmax``/``argmin``, ``prefix_scan_sum``/``_prod``).
 
 Like MIGraphX, reductions keep the reduced axes as length 1; the frontend squeezes for keepdims=0.
 Sums of narrow floats accumulate in float32 and round once (ORT's CPU kernels do the same), integer
@@ -169,12 +169,15 @@ class Argmin(ArgOp):
     name: ClassVar[str] = "argmin"
 
 
-@register_op
 @dataclasses.dataclass(frozen=True)
-class PrefixScanSum(Op):
-    """Cumulative sum along ``axis`` (ONNX CumSum), optionally exclusive and/or reversed."""
+class PrefixScanOp(Op):
+    """Cumulative ``ufunc`` along ``axis`` (ONNX CumSum/CumProd), optionally exclusive and/or reversed.
 
-    name: ClassVar[str] = "prefix_scan_sum"
+    MIGraphX's ``prefix_scan_op`` base: subclasses give only the ufunc. An exclusive scan starts from
+    the ufunc's identity; narrow floats accumulate in float32 and round once (as ORT's CPU kernels do).
+    """
+
+    ufunc: ClassVar[np.ufunc]
     axis: int = 0
     exclusive: bool = False
     reverse: bool = False
@@ -189,10 +192,28 @@ class PrefixScanSum(Op):
         (ax,) = _normalize_axes((self.axis,), x.ndim, self.name)
         if self.reverse:
             x = np.flip(x, ax)
-        r = np.cumsum(x, axis=ax, dtype=_acc_dtype(x.dtype))
+        with np.errstate(all="ignore"):
+            r = type(self).ufunc.accumulate(x, axis=ax, dtype=_acc_dtype(x.dtype))
         if self.exclusive:
-            head = np.zeros_like(np.take(r, [0], axis=ax))
-            r = np.concatenate([head, np.take(r, range(r.shape[ax] - 1), axis=ax)], axis=ax)
+            shifted = np.full_like(r, type(self).ufunc.identity)
+            head, tail = [slice(None)] * r.ndim, [slice(None)] * r.ndim
+            head[ax], tail[ax] = slice(1, None), slice(None, -1)
+            shifted[tuple(head)] = r[tuple(tail)]
+            r = shifted
         if self.reverse:
             r = np.flip(r, ax)
         return np.ascontiguousarray(r).astype(out.dtype, copy=False)
+
+
+@register_op
+@dataclasses.dataclass(frozen=True)
+class PrefixScanSum(PrefixScanOp):
+    name: ClassVar[str] = "prefix_scan_sum"
+    ufunc: ClassVar[np.ufunc] = np.add
+
+
+@register_op
+@dataclasses.dataclass(frozen=True)
+class PrefixScanProd(PrefixScanOp):
+    name: ClassVar[str] = "prefix_scan_prod"
+    ufunc: ClassVar[np.ufunc] = np.multiply

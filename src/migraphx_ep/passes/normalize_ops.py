@@ -35,6 +35,7 @@ _AXIS_IN = (
     "argmax",
     "argmin",
     "prefix_scan_sum",
+    "prefix_scan_prod",
     "topk",
     *_SCATTER,
 )

@@ -1,4 +1,4 @@
-"""ONNX reductions: Reduce* (axes as attribute or constant input), ArgMax/ArgMin, CumSum.
+"""ONNX reductions: Reduce* (axes as attribute or constant input), ArgMax/ArgMin, CumSum/CumProd.
 
 Composite reductions (L1, L2, LogSum, LogSumExp, SumSquare) decompose into pointwise ops around a
 ``reduce_sum``/``reduce_max``. With ``noop_with_empty_axes`` the reduction itself is skipped but the
@@ -103,19 +103,20 @@ def parse_arg(ctx: ParseContext, node: NodeDesc, args):
     return r if int(node.attr("keepdims", 1)) else ctx.add("squeeze", [r], axes=[axis])
 
 
-@onnx_op("CumSum")
-def parse_cumsum(ctx: ParseContext, node: NodeDesc, args):
+SCANS = {"CumSum": "prefix_scan_sum", "CumProd": "prefix_scan_prod"}
+
+
+@onnx_op(*SCANS)
+def parse_cumulative(ctx: ParseContext, node: NodeDesc, args):
     check_attrs(node, ("exclusive", "reverse"))
     x, axis_in = args
-    axis = ctx.const_ints(axis_in, "CumSum axis")
+    axis = ctx.const_ints(axis_in, f"{node.op_type} axis")
     if len(axis) != 1:
-        raise Unsupported("CumSum: axis must hold one value")
+        raise Unsupported(f"{node.op_type}: axis must hold one value")
     if x.shape.ndim() == 0:
-        raise Unsupported("CumSum: scalar input")
-    return ctx.add(
-        "prefix_scan_sum",
-        [x],
-        axis=normalize_axis(axis[0], x.shape.ndim()),
-        exclusive=bool(node.attr("exclusive", 0)),
-        reverse=bool(node.attr("reverse", 0)),
-    )
+        raise Unsupported(f"{node.op_type}: scalar input")
+    flags = {k: int(node.attr(k, 0)) for k in ("exclusive", "reverse")}
+    if any(v not in (0, 1) for v in flags.values()):
+        raise Unsupported(f"{node.op_type}: exclusive/reverse must be 0 or 1, got {flags}")  # ORT rejects too
+    ax = normalize_axis(axis[0], x.shape.ndim())
+    return ctx.add(SCANS[node.op_type], [x], axis=ax, **{k: bool(v) for k, v in flags.items()})
