@@ -95,7 +95,15 @@ def test_outer_scope_values_become_inputs():
             {"index": 2, "op_type": "Neg", "domain": "", "inputs": ["untyped"], "outputs": ["u"]},
         ],
     }
-    assert with_outer_scope_inputs(body)["inputs"] == ["i", "x"]  # typed outer values only
+    graph, refuse = with_outer_scope_inputs(body)
+    assert graph["inputs"] == ["i", "x"]  # typed outer values only
+    assert refuse == {}
+    # A node reading an outer value only inside its own subgraph is left for the enclosing graph.
+    nested = {"index": 3, "op_type": "If", "domain": "", "inputs": ["c"], "outputs": ["v"]}
+    nested["implicit_inputs"] = ["x"]
+    nested["subgraphs"] = {"then_branch": {"nodes": [], "inputs": [], "outputs": ["x"]}}
+    _, refuse = with_outer_scope_inputs({**body, "nodes": [*body["nodes"], nested]})
+    assert list(refuse) == [3] and "'x'" in refuse[3]
 
 
 def test_expand_fused_restores_nodes_inside_bodies():

@@ -120,13 +120,14 @@ def _probe(graph: dict, **kw) -> dict[int, str]:
     return {i: r for i, r in small.items() if i in large}
 
 
-def partition(graph: dict, check: Check | None = None) -> Partition:
+def partition(graph: dict, check: Check | None = None, refuse: dict[int, str] | None = None) -> Partition:
     """Probe-parse, group, then re-probe with group boundaries until claims are stable.
 
-    ``check`` is the target's veto on single instructions (the gpu target's missing kernels)."""
+    ``check`` is the target's veto on single instructions (the gpu target's missing kernels);
+    ``refuse`` names nodes refused up front (node index -> reason)."""
     nodes = graph["nodes"]
     all_idx = {n["index"] for n in nodes}
-    refused: dict[int, str] = _probe(graph, tolerant=True, specialize=True, check=check)
+    refused: dict[int, str] = {**_probe(graph, tolerant=True, specialize=True, check=check), **(refuse or {})}
     groups: list[list[int]] = []
     for _ in range(MAX_ROUNDS):
         groups = convex_groups(nodes, all_idx - set(refused))

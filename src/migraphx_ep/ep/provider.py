@@ -58,8 +58,8 @@ class MIGraphXEp:
             from ..targets.gpu.lowering import instruction_supported
 
             check = instruction_supported
-        graph = with_outer_scope_inputs(expand_fused(graph, self.fused_graphs))
-        part = partition(graph, check)
+        graph, refuse = with_outer_scope_inputs(expand_fused(graph, self.fused_graphs))
+        part = partition(graph, check, refuse)
         self.last_partition = {"groups": part.groups, "refused": part.refused}
         if self.options.dump_model_ops:
             self._dump(graph, part.groups, part.refused)

@@ -21,14 +21,22 @@ from ..frontend.parser import free_names
 EP_NAME = "MIGraphXExecutionProvider"
 
 
-def with_outer_scope_inputs(graph: dict) -> dict:
-    """``graph`` with every outer-scope value it reads (typed, not produced here) as a graph input."""
+def with_outer_scope_inputs(graph: dict) -> tuple[dict, dict[int, str]]:
+    """``graph`` with every outer-scope value it reads (typed, not produced here) as a graph input, and
+    the nodes to refuse: those reading an outer-scope value only through a subgraph of their own. ORT
+    before 1.32 leaves such implicit inputs off the fused node, so the value would not reach Compute;
+    left alone, they are claimed with the enclosing graph's control-flow node instead."""
     values = graph.get("values", {})
     known = set(graph.get("inputs", ()))
     outer = [n for n in free_names(graph) if n not in known and (values.get(n) or {}).get("dtype")]
     if not outer:
-        return graph
-    return {**graph, "inputs": [*graph.get("inputs", ()), *outer]}
+        return graph, {}
+    refuse = {}
+    for node in graph["nodes"]:
+        hidden = sorted((set(node.get("implicit_inputs", ())) & set(outer)) - set(node["inputs"]))
+        if hidden:
+            refuse[node["index"]] = f"its subgraph reads {hidden[0]!r} of an enclosing graph"
+    return {**graph, "inputs": [*graph.get("inputs", ()), *outer]}, refuse
 
 
 def is_ours(node: dict) -> bool:
