@@ -37,6 +37,7 @@ from onnxruntime.capi import _pybind_state as _C
 from onnxruntime.capi.onnxruntime_pybind11_state import EPFail as _EPFail
 
 from . import EP_NAME, get_library_path
+from .ep.options import OptionError, reject_nul
 
 VENDOR = "migraphx-ep"  # OrtEpFactory::GetVendor, tells our EP devices from a built-in EP of the same name
 
@@ -165,6 +166,12 @@ def _wrap_create(original):
         entries = _normalize(providers, provider_options)
         if not entries or all(name != EP_NAME for name, _ in entries):
             return original(self, providers, provider_options, *args, **kwargs)
+        for name, opts in entries:
+            if name == EP_NAME:
+                try:  # before ORT turns the values into C strings, cutting them at a NUL byte
+                    reject_nul(opts)
+                except OptionError as e:
+                    raise _EPFail(f"{EP_NAME}: {e}") from e
         user_so = self._sess_options
         self._sess_options = _session_options_for(user_so, _dedupe(entries))
         try:

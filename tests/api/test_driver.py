@@ -13,6 +13,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from migraphx_ep import driver, mxr
 from migraphx_ep.driver import commands
+from migraphx_ep.driver.inputs import generate_driver_inputs, index_bounds
 from migraphx_ep.driver.verify import bisect, compare, verify_program
 from migraphx_ep.ir import Program
 from migraphx_ep.ir.operation import make_op
@@ -161,3 +162,60 @@ def test_compare_rules():
     assert "2 of 3" in compare(np.array([1, 5, 6]), np.array([1, 2, 3]), 1.0, 1.0)  # integers: exact
     assert compare(np.zeros((0, 2)), np.zeros((0, 2)), 0, 0) is None
     assert isinstance(Program(), Program)
+
+
+MODELS = os.path.join(os.path.dirname(__file__), "..", "models")
+
+
+def _gather_model(tmp_path, offset: int | None = None) -> str:
+    """y = table[i] for a constant table of 3 rows; with ``offset``, y = table[i + offset]."""
+    i = helper.make_tensor_value_info("i", TensorProto.INT64, ["N", 4])
+    table = numpy_helper.from_array(np.arange(6, dtype=np.float32).reshape(3, 2), "table")
+    nodes = [helper.make_node("Cast", ["i"], ["i32"], to=TensorProto.INT32)]  # followed to the gather
+    idx = "i32"
+    if offset is not None:
+        nodes.append(helper.make_node("Add", ["i32", "k"], ["shifted"]))
+        idx = "shifted"
+    nodes.append(helper.make_node("Gather", ["table", idx], ["y"], axis=0))
+    inits = [table, numpy_helper.from_array(np.array(offset or 0, np.int32), "k")] if offset else [table]
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 4, 2])
+    m = helper.make_model(
+        helper.make_graph(nodes, "g", [i], [y], inits), opset_imports=[helper.make_opsetid("", 17)]
+    )
+    m.ir_version = 8
+    path = str(tmp_path / ("shifted.onnx" if offset else "gather.onnx"))
+    onnx.save(m, path)
+    return path
+
+
+def test_generated_index_inputs_stay_inside_what_they_index(tmp_path):
+    prog = parse_onnx(_gather_model(tmp_path), 64).ir
+    assert index_bounds(prog) == {"i": 3}
+    for seed in range(5):
+        i = generate_driver_inputs(prog, seed=seed)["i"]
+        assert i.dtype == np.int64 and i.shape == (64, 4) and i.min() >= 0 and i.max() <= 2
+    assert len(np.unique(generate_driver_inputs(prog, seed=0)["i"])) == 3  # still random over [0, 3)
+    bert = parse_onnx(os.path.join(MODELS, "bert.onnx"), 2).ir
+    assert index_bounds(bert) == {"input_ids": 100, "token_type_ids": 2}  # vocab and type-vocab sizes
+
+
+def test_cli_run_bert_with_generated_token_ids():
+    r = cli("run", os.path.join(MODELS, "bert.onnx"), "--ref", "--default-dim", "2", "-q")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.startswith("output 0: float32 [2, 2, 32]: min ") and "nan 0 inf 0" in r.stdout
+    assert r.stderr == ""
+
+
+def test_cli_failures_are_one_error_line_never_a_traceback(tmp_path):
+    # An index computed by arithmetic is out of range at run time (IndexError): one line, status 1.
+    r = cli("run", _gather_model(tmp_path, offset=10), "--ref", "--default-dim", "2", "-q")
+    assert r.returncode == 1 and "Traceback" not in r.stderr
+    assert r.stderr.splitlines() == [r.stderr.strip()] and r.stderr.startswith("error: IndexError: gather")
+    for bad in (
+        ["frobnicate", "m.onnx"],
+        ["perf", "m.onnx", "--iterations", "0"],
+        ["verify", "m.onnx", "--rtol", "x"],
+    ):
+        r = cli(*bad)
+        assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
+        assert r.stderr.splitlines() == [r.stderr.strip()] and r.stderr.startswith("error: argument ")

@@ -3,19 +3,61 @@
 Commands: read (print the program), params (input names and shapes), compile (print the compiled
 program; ``-o`` saves it), run (random inputs, output summary), perf (timing, per-instruction table),
 verify (target vs ref on random inputs; ``--bisect`` finds the first differing instruction).
-Exit status: 0 success, 1 failure (or a verify mismatch), 2 bad command line.
+Integer inputs that index a gather (token ids, embedding rows) are drawn inside what they index.
+Exit status: 0 success, 1 failure (or a verify mismatch), 2 bad command line; every failure is one
+``error: ...`` line on stderr.
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Callable
+from typing import NoReturn
 
 from .commands import COMMANDS, DriverError
 
 
+class _Parser(argparse.ArgumentParser):
+    """Command-line mistakes are one ``error: ...`` line (exit 2), like every other driver error."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"error: {message} (see --help)\n")
+
+
+def _count(minimum: int) -> Callable[[str], int]:
+    def parse(text: str) -> int:
+        try:
+            n = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+        if n < minimum:
+            raise argparse.ArgumentTypeError(f"must be >= {minimum}, got {n}")
+        return n
+
+    return parse
+
+
+def _tolerance(text: str) -> float:
+    try:
+        x = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if not x >= 0:  # also refuses NaN
+        raise argparse.ArgumentTypeError(f"must be a non-negative number, got {text!r}")
+    return x
+
+
+def one_line(e: BaseException) -> str:
+    """An exception as one line: its type (unless it is a DriverError) and message, lines joined."""
+    text = "; ".join(line.strip() for line in str(e).splitlines() if line.strip())
+    if isinstance(e, DriverError):
+        return text or "failed"
+    return f"{type(e).__name__}: {text}" if text else type(e).__name__
+
+
 def build_parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="python -m migraphx_ep.driver", description=__doc__.split("\n\n")[1])
+    ap = _Parser(prog="python -m migraphx_ep.driver", description=__doc__.split("\n\n")[1])
     ap.add_argument("command", choices=sorted(COMMANDS))
     ap.add_argument("model", help="an .onnx model or an .mxr program file")
     tgt = ap.add_mutually_exclusive_group()
@@ -30,18 +72,20 @@ def build_parser() -> argparse.ArgumentParser:
         help="dims of an input (repeatable)",
     )
     ap.add_argument(
-        "--default-dim", type=int, default=1, metavar="N", help="size of unknown dims (default 1)"
+        "--default-dim", type=_count(0), default=1, metavar="N", help="size of unknown dims (default 1)"
     )
     ap.add_argument("-o", "--output", help="save the program (.mxr) after read/compile")
     ap.add_argument("--format", choices=("msgpack", "json"), default="msgpack", help="format for -o")
-    ap.add_argument("--iterations", type=int, default=10, help="perf: runs to time (default 10)")
-    ap.add_argument("--top", type=int, default=0, help="perf: rows of the instruction table (default all)")
+    ap.add_argument("--iterations", type=_count(1), default=10, help="perf: runs to time (default 10)")
+    ap.add_argument(
+        "--top", type=_count(0), default=0, help="perf: rows of the instruction table (default all)"
+    )
     ap.add_argument("--seed", type=int, default=0, help="seed of the generated inputs")
     ap.add_argument(
-        "--rtol", type=float, default=None, help="verify: relative tolerance (1e-3; 2e-2 with --fp16)"
+        "--rtol", type=_tolerance, default=None, help="verify: relative tolerance (1e-3; 2e-2 with --fp16)"
     )
     ap.add_argument(
-        "--atol", type=float, default=None, help="verify: absolute tolerance (1e-5; 2e-2 with --fp16)"
+        "--atol", type=_tolerance, default=None, help="verify: absolute tolerance (1e-5; 2e-2 with --fp16)"
     )
     ap.add_argument("--bisect", action="store_true", help="verify: find the first differing instruction")
     ap.add_argument("--exhaustive-tune", action="store_true", help="compile with exhaustive tuning")
@@ -58,11 +102,11 @@ def main(argv: list[str] | None = None) -> int:
         args.atol = 2e-2 if args.fp16 else 1e-5
     try:
         return COMMANDS[args.command](args)
-    except DriverError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 1
-    except (ValueError, RuntimeError, TypeError, OSError) as e:
-        print(f"error: {type(e).__name__}: {e}", file=sys.stderr)
+    except KeyboardInterrupt:
+        print("error: interrupted", file=sys.stderr)
+        return 130
+    except Exception as e:  # noqa: BLE001 - a driver failure is one line, never a traceback
+        print(f"error: {one_line(e)}", file=sys.stderr)
         return 1
 
 

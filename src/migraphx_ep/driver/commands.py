@@ -15,9 +15,10 @@ from ..ir.evaluate import run_module
 from ..ir.module import Module
 from ..ir.operation import ModuleOp
 from ..ir.program import Program
-from ..migraphx import generate_inputs, parse_onnx
+from ..migraphx import parse_onnx
 from ..quantize import quantize_fp16
 from ..targets import TargetError, get_target
+from .inputs import generate_driver_inputs
 from .verify import bisect, verify_program
 
 
@@ -100,7 +101,8 @@ def compile_program(args: argparse.Namespace, prog: Program) -> Program:
 
 
 def _inputs(args: argparse.Namespace, prog: Program) -> dict[str, np.ndarray]:
-    return generate_inputs(prog.get_parameter_shapes(), seed=args.seed)
+    # From the program as parsed (before target lowering): index inputs stay inside what they index.
+    return generate_driver_inputs(prog, seed=args.seed)
 
 
 def _save(args: argparse.Namespace, prog: Program) -> None:
@@ -152,8 +154,9 @@ def summarize(n: int, x: np.ndarray) -> str:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    prog = compile_program(args, load_program(args))
-    outs = prog.run_numpy(_inputs(args, prog))
+    prog = load_program(args)
+    inputs = _inputs(args, prog)
+    outs = compile_program(args, prog).run_numpy(inputs)
     for n, x in enumerate(outs):
         print(summarize(n, x))
     return 0
@@ -180,8 +183,9 @@ def time_instructions(m: Module, params: dict[str, np.ndarray]) -> dict[int, flo
 
 
 def cmd_perf(args: argparse.Namespace) -> int:
-    prog = compile_program(args, load_program(args))
+    prog = load_program(args)
     inputs = _inputs(args, prog)
+    prog = compile_program(args, prog)
     n = max(1, args.iterations)
     prog.run_numpy(inputs)  # warm-up: first-run allocations and caches stay out of the numbers
     t0 = time.perf_counter()

@@ -85,7 +85,6 @@ class ProgramStore:
         self.save_path = options.save_compiled_path if options.save_compiled_model else ""
         self.loads = 0
         self.saves = 0
-        self._used_exact = False
 
     @property
     def enabled(self) -> bool:
@@ -132,14 +131,24 @@ class ProgramStore:
             )
         return None
 
+    def _save_target(self, key: str) -> str:
+        """Where a program is saved under ``save_path``: the path itself while it is free (or already
+        holds this key, or is unreadable); else ``<stem>-<key>.mxr`` beside it. So a path keeps every
+        program saved to it across sessions (shapes b1, b2, then b3, then b1 again all load), instead
+        of each new program overwriting the previous one."""
+        path = self.save_path
+        if not os.path.isfile(path):
+            return path
+        try:
+            found = mxr.read_metadata(path).get("migraphx_ep_key")
+        except (OSError, mxr.MxrError):
+            return path  # not a program anyone can load: take its place
+        return path if found == key else self._variant(path, key)
+
     def store(self, key: str, prog: Program, name: str) -> None:
         targets = []
         if self.save_path:
-            # The first program goes to the path as given; further ones (more partitions or shapes)
-            # beside it, named by their key, where a loading session looks for them.
-            exact = not self._used_exact
-            self._used_exact = True
-            targets.append(self.save_path if exact else self._variant(self.save_path, key))
+            targets.append(self._save_target(key))
         if self.cache_dir:
             targets.append(os.path.join(self.cache_dir, f"{key}.mxr"))
         for path in targets:

@@ -49,7 +49,8 @@ def _str(key: str, v: str) -> str:
 def _path(key: str, v: str) -> str:
     s = str(v)
     if "\0" in s:
-        raise OptionError(f"{key}: path contains a NUL byte")
+        # The OS would cut the path at the NUL and write somewhere the user did not name.
+        raise OptionError(f"{key}={s!r}: a path cannot contain a NUL byte")
     return s
 
 
@@ -100,7 +101,7 @@ SPECS: list[Spec] = [
         "device_id",
         None,
         "working",
-        "selects the GPU; a device that does not exist is an error",
+        "selects the GPU; an explicit device_id (even 0) without a usable GPU is an error, never a ref run",
     ),
     Spec("fp16_enable", _bool, "migraphx_fp16_enable", "ORT_MIGRAPHX_FP16_ENABLE", "working"),
     Spec("bf16_enable", _bool, "migraphx_bf16_enable", "ORT_MIGRAPHX_BF16_ENABLE", "working"),
@@ -260,9 +261,8 @@ def valid_keys() -> list[str]:
     return sorted(_BY_KEY) + sorted(ALIASES)
 
 
-def parse_options(options: Mapping[str, Any], environ: Mapping[str, str] | None = None) -> EpOptions:
-    """Provider options first, then ORT_MIGRAPHX_* env vars on top (env takes precedence)."""
-    env = os.environ if environ is None else environ
+def _parse_provider_options(options: Mapping[str, Any]) -> dict[str, Any]:
+    """field -> parsed value for every provider option; unknown keys and bad values are errors."""
     values: dict[str, Any] = {}
     for raw_key, raw in options.items():
         key = ALIASES.get(str(raw_key), str(raw_key))
@@ -273,6 +273,40 @@ def parse_options(options: Mapping[str, Any], environ: Mapping[str, str] | None 
                 + ", ".join(valid_keys())
             )
         values[spec.field] = spec.parse(str(raw_key), raw)
+    return values
+
+
+def check_provider_options(options: Mapping[str, Any]) -> None:
+    """Validate provider options as the user wrote them, before they are handed to onnxruntime.
+
+    ORT stores them as C strings, so by the time :func:`parse_options` sees them a value has been
+    cut at its first NUL byte (``'cache\\0dir'`` arrives as ``'cache'``, ``'1\\0x'`` as ``'1'``) and
+    the EP would silently use another path or value. Only the caller's Python dict still holds the
+    whole string: ``migraphx_ep._routing`` checks it with :func:`reject_nul` before handing it on.
+    Errors are :class:`OptionError`.
+    """
+    reject_nul(options)
+    _parse_provider_options(options)
+
+
+def reject_nul(options: Mapping[str, Any]) -> None:
+    """OptionError for a NUL byte in an option name or value (see :func:`check_provider_options`)."""
+    for raw_key, raw in options.items():
+        if "\0" in str(raw_key):
+            raise OptionError(f"MIGraphXExecutionProvider option name {str(raw_key)!r} contains a NUL byte")
+        if "\0" in str(raw) and ALIASES.get(str(raw_key), str(raw_key)) in _BY_KEY:
+            # Non-path values reject a NUL through their parsers too; this names the cause plainly.
+            raise OptionError(f"{raw_key}={str(raw)!r}: an option value cannot contain a NUL byte")
+
+
+def parse_options(options: Mapping[str, Any], environ: Mapping[str, str] | None = None) -> EpOptions:
+    """Provider options first, then ORT_MIGRAPHX_* env vars on top (env takes precedence).
+
+    ``given`` records every field set through any route (option, GenAI short name, env variable), so
+    an explicit ``device_id=0`` is told apart from the default.
+    """
+    env = os.environ if environ is None else environ
+    values = _parse_provider_options(options)
     for legacy, name in LEGACY_ENV.items():
         if legacy in env and name not in env:
             values[_BY_ENV[name].field] = _BY_ENV[name].parse(legacy, env[legacy])

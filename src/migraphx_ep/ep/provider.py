@@ -22,20 +22,27 @@ EP_NAME = "MIGraphXExecutionProvider"
 
 
 def resolve_target(options: EpOptions) -> str:
-    """``auto`` means gpu where a usable one exists, else ref (with a notice). A ``device_id`` that
-    names no GPU on a machine that has GPUs is an error, never a silent switch to another device."""
+    """``ref`` when asked for; ``gpu`` where a usable one exists; else ``auto`` falls back to ref with a
+    warning. Asking for the GPU without one is an error naming what asked: ``migraphx_target=gpu``, or a
+    ``device_id`` the user set (through any route, even ``0``), never a silent run on the CPU."""
     if options.target == "ref":
-        return "ref"
+        return "ref"  # the user chose the CPU oracle; a device_id does not apply to it
     from ..targets.gpu import gpu_available
 
     reason = gpu_available(options.device_id)
     if reason is None:
         return "gpu"
-    if options.target == "gpu" or (options.device_id != 0 and "does not exist" in reason):
+    if options.target == "gpu":
         raise TargetError(
-            f"{EP_NAME}: the gpu target cannot run with device_id={options.device_id}: {reason}"
+            f"{EP_NAME}: migraphx_target=gpu (or ORT_MIGRAPHX_TARGET=gpu) was set but the gpu target "
+            f"cannot run with device_id={options.device_id}: {reason}"
         )
-    log.info("%s: no usable GPU target (%s); compiling for the ref target", EP_NAME, reason)
+    if "device_id" in options.given:
+        raise TargetError(
+            f"{EP_NAME}: device_id={options.device_id} was set but the gpu target cannot run: {reason}. "
+            "Leave device_id unset to fall back to the ref target (CPU), or set migraphx_target=ref"
+        )
+    log.warning("%s: no usable GPU target (%s); compiling for the ref target (CPU)", EP_NAME, reason)
     return "ref"
 
 
