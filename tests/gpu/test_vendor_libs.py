@@ -40,6 +40,24 @@ def test_missing_library_names_what_was_searched(monkeypatch, tmp_path, loader, 
         libs.reset_cache()
 
 
+def test_a_copy_already_in_the_process_is_shared_not_loaded_twice(monkeypatch):
+    # ORT's CUDA EP loaded cuDNN from another folder first: that copy comes before ours in the search.
+    maps = (
+        "7f00-7f01 r-xp 00000000 08:01 1 /opt/ort/nvidia/cudnn/lib/libcudnn.so.9\n"
+        "7f01-7f02 r--p 00001000 08:01 1 /opt/ort/nvidia/cudnn/lib/libcudnn.so.9\n"
+        "7f02-7f03 r-xp 00000000 08:01 2 /usr/lib/libcudnn_graph.so.9\n"
+        "7f03-7f04 rw-p 00000000 00:00 0 \n"
+        "7f04-7f05 r-xp 00000000 08:01 3 /lib/x86_64-linux-gnu/libc.so.6\n"
+    )
+    assert libs.already_loaded(libs.CUDNN_NAMES, maps) == ["/opt/ort/nvidia/cudnn/lib/libcudnn.so.9"]
+    assert libs.already_loaded(libs.CUBLASLT_NAMES, maps) == []
+    monkeypatch.delenv(libs.CUDNN_ENV, raising=False)
+    monkeypatch.setattr(libs, "already_loaded", lambda names, maps=None: ["/opt/ort/libcudnn.so.9"])
+    assert libs.candidates(libs.CUDNN_ENV, libs.CUDNN_NAMES)[0] == "/opt/ort/libcudnn.so.9"
+    # The real process map parses (this interpreter has libc mapped under some path).
+    assert all(p.startswith("/") for p in libs.already_loaded(("libc.so.6",)))
+
+
 # -- GEMM mapping, emulated (no GPU needed) ----------------------------------------------------------------
 def layout(kind: str, rows: int, cols: int, batch_shared: bool = False) -> blas.MatLayout:
     """'rm'/'cm': packed row-/column-major; '+pad': 3 spare elements per leading dimension."""

@@ -1,6 +1,7 @@
 """Find and load NVIDIA's vendor libraries (cuBLASLt, cuDNN) with ctypes, once per process.
 
-Search order for each library: an environment variable holding a full path, then the folders of the
+Search order for each library: an environment variable holding a full path, then a copy some other
+library (ORT's CUDA EP, PyTorch) has already loaded into the process, then the folders of the
 ``nvidia`` pip packages (a namespace package: every entry of its ``__path__``), then the plain soname
 (the system's loader path), then ``$CUDA_HOME/lib64``. A miss raises ``LibraryUnavailable`` naming every
 place that was tried, so a user sees at once what to install or which variable to set.
@@ -65,11 +66,35 @@ def _cuda_home_folders() -> list[Path]:
     return [p for p in (Path(home) / "lib64", Path(home) / "targets/x86_64-linux/lib") if p.is_dir()]
 
 
+def already_loaded(names: tuple[str, ...], maps: str | None = None) -> list[str]:
+    """Paths of libraries with one of ``names`` (sonames) already mapped into this process.
+
+    Another user of CUDA in the process (ORT's CUDA EP, PyTorch) may have loaded its own copy of
+    cuDNN or cuBLASLt from another folder. Loading a second copy by path is unsafe: cuDNN's parts are
+    found by soname, so our front library would run with the first copy's parts (the segfault seen
+    in cuDNN's search after ORT's CUDA EP had run). The copy already there is the one to share."""
+    if maps is None:
+        try:
+            with open("/proc/self/maps") as f:
+                maps = f.read()
+        except OSError:
+            return []
+    found: list[str] = []
+    for line in maps.splitlines():
+        fields = line.split(None, 5)  # address perms offset dev inode [path]
+        path = fields[5].strip() if len(fields) == 6 else ""
+        if path.startswith("/") and os.path.basename(path) in names and path not in found:
+            found.append(path)
+    return found
+
+
 def candidates(env: str, names: tuple[str, ...]) -> list[str]:
-    """Everything to try, in order: a full path from ``env``, pip folders, sonames, $CUDA_HOME."""
+    """Everything to try, in order: a full path from ``env``, a copy already loaded in the process,
+    pip folders, sonames, $CUDA_HOME."""
     out: list[str] = []
     if os.environ.get(env):
         return [os.environ[env]]  # an explicit choice is never second-guessed
+    out += already_loaded(names)
     out += [str(folder / n) for n in names for folder in pip_folders() if (folder / n).is_file()]
     out += list(names)
     out += [str(folder / n) for n in names for folder in _cuda_home_folders() if (folder / n).is_file()]
