@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 import migraphx_ep
-from test_conformance import KNOWN_RUN_TIME_REFUSALS
+from migraphx_ep.conformance import KNOWN_RUN_TIME_REFUSALS
 
 pytestmark = pytest.mark.gpu
 
