@@ -227,3 +227,14 @@ def test_pool_1d_and_3d(gpu, rng, op):
     check_op(op, {"x": uniform(rng, (2, 3, 21))}, gpu, tol, kernel_shape=[4])
     x = uniform(rng, (1, 2, 6, 7, 8))
     check_op(op, {"x": x}, gpu, tol, kernel_shape=[2, 3, 2], strides=[2, 2, 2], pads=[1, 1, 0, 0, 1, 1])
+
+
+@pytest.mark.parametrize("dtype", [F32, F16], ids=["f32", "f16"])
+@pytest.mark.parametrize("name", ["max-k3s2p1", "max-dilated", "global-max"])
+def test_max_pool_skips_nan(gpu, rng, name, dtype):
+    # The ref's rule: NaN is skipped, a window of only NaN gives NaN (row 0 of channel 0 is all NaN).
+    op, attrs = POOL[name]
+    x = uniform(rng, (2, 3, 15, 14), dtype=dtype)
+    x.reshape(-1)[rng.choice(x.size, 60, replace=False)] = np.nan
+    x[0, 0, :2, :3] = np.nan
+    check_op(op, {"x": x}, gpu, EXACT, **attrs)

@@ -212,3 +212,42 @@ def test_rms_normalization(gpu, rng):
     feeds = {"x": normal(rng, (3, 5, 96), F32)}
     inits = {"scale": normal(rng, (96,), F32)}
     check_op("RMSNormalization", feeds, gpu, FP32_SUM, inits=inits, opset=23, axis=-1)
+
+
+# -- NaN: reduce_max/min and argmax/argmin skip it (all NaN: NaN, index 0), on every schedule ----------------
+def with_nans(rng, shape, dtype=F32):
+    x = uniform(rng, shape, dtype=dtype)
+    x.reshape(-1)[rng.choice(x.size, max(1, x.size // 20), replace=False)] = np.nan
+    x.reshape(-1, shape[-1])[0] = np.nan  # one whole row of NaN
+    return x
+
+
+NAN_CASES = [
+    (X, [2]),
+    (X, [0, 2]),
+    (X, [1]),
+    ((8, 3000), [1]),
+    ((3000, 8), [0]),
+    ((40, 5000), [0]),
+    ((6, 7), [1]),
+]
+
+
+@pytest.mark.parametrize("shape,axes", NAN_CASES, ids=str)
+@pytest.mark.parametrize("op", ["ReduceMax", "ReduceMin"])
+def test_reduce_max_min_skip_nan(gpu, rng, op, shape, axes):
+    check_op(op, {"x": with_nans(rng, shape)}, gpu, EXACT, inits={"axes": np.array(axes, np.int64)})
+
+
+@pytest.mark.parametrize("shape,axis", [(X, 2), (X, 0), ((3, 5000), 1), ((3000, 8), 0), ((6, 7), 1)], ids=str)
+@pytest.mark.parametrize("op", ["ArgMax", "ArgMin"])
+@pytest.mark.parametrize("last", [0, 1])
+def test_argmax_argmin_skip_nan(gpu, rng, op, shape, axis, last):
+    check_op(op, {"x": with_nans(rng, shape)}, gpu, EXACT, axis=axis, select_last_index=last)
+
+
+@pytest.mark.parametrize("dtype", [F16, BF16], ids=["f16", "bf16"])
+def test_reduce_max_and_argmax_skip_nan_narrow(gpu, rng, dtype):
+    x = with_nans(rng, (4, 1000), dtype)
+    check_op("ReduceMax", {"x": x}, gpu, EXACT, inits={"axes": np.array([1], np.int64)})
+    check_op("ArgMin", {"x": x}, gpu, EXACT, axis=1)

@@ -172,7 +172,9 @@ REDUCE_CASES = [  # (lens, axes) chosen to hit every schedule: thread, warp row,
 
 
 @pytest.mark.parametrize("lens,axes", REDUCE_CASES)
-@pytest.mark.parametrize("name,t", [("reduce_sum", H), ("reduce_mean", I32), ("reduce_max", B)])
+@pytest.mark.parametrize(
+    "name,t", [("reduce_sum", H), ("reduce_mean", I32), ("reduce_max", B), ("reduce_min", F)]
+)
 def test_reduce(lens, axes, name: str, t: DType) -> None:
     compile_spec(op_kernel(make_op(name, axes=axes), [Shape(t, lens)]))
 
@@ -224,6 +226,7 @@ DATA_CASES = {
     "onehot": (make_op("onehot", depth=7, axis=1), [Shape(F, (3, 4)), Shape(I64, (2,))]),
     "prefix_scan_sum": (make_op("prefix_scan_sum", axis=1, exclusive=True, reverse=True), [X]),
     "max pool": (make_op("pooling", mode="max", ceil_mode=True, **POOL), [Shape(I8, (2, 3, 9, 9))]),
+    "max pool half": (make_op("pooling", mode="max", **POOL), [Shape(H, (2, 3, 9, 9))]),
     "avg pool": (make_op("pooling", count_include_pad=True, **POOL), [Shape(F, (1, 2, 9, 9))]),
     "avg pool 3d": (
         make_op("pooling", lengths=(2, 2, 2), stride=(2, 2, 2), padding=(0, 0, 0, 1, 1, 1)),
@@ -273,6 +276,44 @@ def test_float8_data_movement() -> None:
     t = DType.fp8e5m2_type
     compile_spec(op_kernel(make_op("gather", axis=0), [Shape(t, (5, 3)), Shape(I64, (4,))]))
     compile_spec(op_kernel(make_op("pad", pads=(1, 0, 0, 1), value=2.0), [Shape(t, (5, 3))]))
+
+
+# -- run-time checks (error slots) and NaN rules ---------------------------------------------------------
+@pytest.mark.parametrize("layout", sorted(LAYOUTS))
+@pytest.mark.parametrize("name", ["div", "mod", "fmod"])
+def test_checked_integer_division_compiles_in_every_layout(layout: str, name: str) -> None:
+    ins, out = LAYOUTS[layout]
+    expr = PwOp(make_op(name), (PwInput(0), PwInput(1)), I32)
+    lens = (4, 6, 10)
+    spec = K.pointwise_kernel("k_test", expr, [Shape(I32, lens, s) for s in ins], Shape(I32, lens, out))
+    compile_spec(spec)
+    assert len(spec.checks) == 1 and spec.source.count("i32* __restrict__ err)") == 1
+
+
+def test_checked_transposing_kernel_compiles() -> None:
+    # A zero constant divisor is checked too; one transposed input takes the tiled path.
+    expr = PwOp(make_op("div"), (PwInput(0), PwConst(0, I64)), I64)
+    spec = K.pointwise_kernel("k_test", expr, [Shape(I64, (64, 48), (1, 64))], Shape(I64, (64, 48)))
+    compile_spec(spec)
+    assert spec.checks and "tile[" in spec.source
+
+
+@pytest.mark.parametrize("case", ["gather", "gather scalar", "gather_elements", "gathernd"])
+def test_gathers_check_instead_of_clamping(case: str) -> None:
+    op, ins = DATA_CASES[case]
+    spec = op_kernel(op, ins)
+    assert spec.checks and all(c.error == "IndexError" for c in spec.checks)
+    assert "mx_fail(err, 1); continue;" in spec.source
+
+
+def test_nan_skipping_kernels() -> None:
+    red = op_kernel(make_op("reduce_max", axes=(1,)), [Shape(F, (64, 300))])
+    nan = "__longlong_as_double(0x7ff8000000000000ll)"
+    assert "mx_fmax_f" in red.source and f"mx_s acc = ((float){nan})" in red.source
+    empty = op_kernel(make_op("reduce_min", axes=(1,)), [Shape(F, (4, 0))])
+    assert nan not in empty.source.split("extern")[-1]  # an empty reduction gives +inf, not NaN
+    pool = op_kernel(make_op("pooling", mode="max", **POOL), [Shape(F, (1, 2, 9, 9))])
+    assert "mx_fmax(acc" in pool.source
 
 
 # -- what has no kernel ------------------------------------------------------------------------------------

@@ -16,7 +16,7 @@ from migraphx_ep.frontend.graph import model_to_dict
 from migraphx_ep.frontend.parser import fixed_dims, parse_graph
 from migraphx_ep.ir.dtypes import DType
 from migraphx_ep.targets import get_target
-from migraphx_ep.targets.gpu.lowering import GemmStep, lower
+from migraphx_ep.targets.gpu.lowering import GemmStep, KernelStep, lower
 from migraphx_ep.targets.gpu.memory import Storage, check_plan, plan
 from migraphx_ep.targets.gpu.simulate import run_steps
 
@@ -107,3 +107,46 @@ def test_unsupported_names_the_first_op_without_a_gpu_kernel() -> None:
         model_to_dict(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]))
     ).program
     assert "topk" in (unsupported(prog.get_main_module()) or "")
+
+
+# -- run-time checks: the simulator raises what the executable raises from a kernel's error slot -----------
+def _lowered_node(nodes, feeds: dict[str, np.ndarray]):
+    from onnx import helper
+
+    vis = [
+        helper.make_tensor_value_info(k, helper.np_dtype_to_tensor_dtype(v.dtype), v.shape)
+        for k, v in feeds.items()
+    ]
+    g = helper.make_graph(nodes, "g", vis, [helper.make_value_info("y", onnx.TypeProto())])
+    m = onnx.shape_inference.infer_shapes(helper.make_model(g, opset_imports=[helper.make_opsetid("", 21)]))
+    prog = parse_graph(model_to_dict(m), resolve_dim=fixed_dims(2)).program
+    prog.compile(get_target("ref"))
+    return prog, lower(prog.get_main_module(), use_blas=True, use_dnn=True)
+
+
+def test_out_of_range_gather_raises_the_device_error() -> None:
+    from onnx import helper
+
+    x, i = np.arange(12, dtype=np.float32).reshape(3, 4), np.array([[0, -3], [2, 1]], np.int64)
+    prog, low = _lowered_node([helper.make_node("Gather", ["x", "i"], ["y"], axis=0)], {"x": x, "i": i})
+    np.testing.assert_array_equal(run_steps(low, {"x": x, "i": i})[0], prog.run_numpy({"x": x, "i": i})[0])
+    with pytest.raises(
+        IndexError, match=r"gather: index out of range \[-3, 3\) on axis 0 \(found by gpu kernel"
+    ):
+        run_steps(low, {"x": x, "i": np.array([[0, 3], [2, 1]], np.int64)})
+
+
+def test_fused_integer_division_by_zero_raises_the_device_error() -> None:
+    from onnx import helper
+
+    a = np.arange(1, 13, dtype=np.int32).reshape(3, 4)
+    nodes = [helper.make_node("Mod", ["a", "b"], ["m"]), helper.make_node("Div", ["m", "b"], ["d"]),
+             helper.make_node("Add", ["d", "a"], ["y"])]  # fmt: skip
+    prog, low = _lowered_node(nodes, {"a": a, "b": a})
+    fused = [s for s in low.steps if isinstance(s, KernelStep) and s.spec.checks]
+    assert len(fused) == 1 and len(fused[0].spec.checks) == 2  # one kernel, a check per division op
+    np.testing.assert_array_equal(run_steps(low, {"a": a, "b": a})[0], prog.run_numpy({"a": a, "b": a})[0])
+    b = a.copy()
+    b[1, 2] = 0
+    with pytest.raises(ZeroDivisionError, match=r"^mod: integer modulo by zero \(found by gpu kernel"):
+        run_steps(low, {"a": a, "b": b})

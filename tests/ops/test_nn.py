@@ -94,6 +94,26 @@ def test_pooling_max_bfloat16_pads_with_minus_infinity():
     np.testing.assert_array_equal(y.astype(np.float32)[0, 0], [[-20, -18, -17], [-12, -10, -9], [-8, -6, -5]])
 
 
+@pytest.mark.parametrize("dt", [np.float32, np.float16])
+@pytest.mark.parametrize("attrs", [dict(kernel_shape=[3]), dict(kernel_shape=[3], strides=[2], pads=[1, 1])])
+def test_max_pool_skips_nan_vs_ort(dt, attrs):
+    # ORT's 1-d undilated float kernel skips NaN (its 2-d, dilated and double kernels each differ).
+    x = rand(2, 3, 11, dtype=dt)
+    x[0, 1, [2, 5, 6]] = x[1, 0, 0] = x[1, 2, 10] = np.nan
+    check_node(helper.make_node("MaxPool", ["x"], ["y"], **attrs), {"x": x})
+
+
+@pytest.mark.parametrize("dt", ["float32", "float64", "bfloat16", "float8_e4m3fn"])
+def test_max_pool_nan_rule(dt):
+    # NaN is skipped and pads never count: only a window of NaN gives NaN.
+    import ml_dtypes
+
+    nan = np.nan
+    x = np.array([1, nan, 3, 2, nan, nan], np.float32).reshape(1, 1, 1, 6).astype(ml_dtypes.finfo(dt).dtype)
+    y, _ = run_op("pooling", [x], mode="max", padding=[0, 1, 0, 1], lengths=[1, 2], dilations=[1, 1])
+    np.testing.assert_array_equal(y.astype(np.float32).ravel(), [1, 1, 3, 3, 2, nan, nan])
+
+
 CONV_CASES = [
     dict(group=2, pads=[1, 0, 2, 1], strides=[2, 1], dilations=[1, 2]),
     dict(group=1, auto_pad="SAME_UPPER", strides=[2, 3]),

@@ -52,6 +52,48 @@ def test_mod_and_fmod_signs():
     np.testing.assert_array_equal(run_op("fmod", a, b), [1, -1, 1, -1])  # sign of dividend
 
 
+@pytest.mark.parametrize("dt", [np.int32, np.uint8, np.int64])
+@pytest.mark.parametrize("op,what", [("div", "division"), ("mod", "modulo"), ("fmod", "modulo")])
+def test_integer_zero_divisor_raises(op, what, dt):
+    a, b = np.array([5, 3, 7], dt), np.array([1, 0, 2], dt)
+    with pytest.raises(ZeroDivisionError, match=f"^{op}: integer {what} by zero$"):
+        run_op(op, a, b)
+    run_op(op, a.astype(np.float32), b.astype(np.float32))  # floats give inf/nan, as IEEE says
+
+
+@pytest.mark.parametrize("node", [helper.make_node("Div", ["a", "b"], ["y"]),
+                                  helper.make_node("Mod", ["a", "b"], ["y"], fmod=1)])  # fmt: skip
+def test_integer_zero_divisor_fails_the_run_through_ort(node):
+    # ORT's CPU EP fails the Run ("Integer division by zero"); the EP on the ref target does too, with
+    # its own message (so this cannot pass by falling back to the CPU EP), and the session survives.
+    import onnxruntime as ort
+
+    a, b = IA.astype(np.int32), IB.astype(np.int32)
+    model = make_model(node, {"a": a, "b": b}).SerializeToString()
+    with pytest.raises(Exception, match="by zero"):
+        ort.InferenceSession(model, providers=["CPUExecutionProvider"]).run(
+            None, {"a": a, "b": np.zeros_like(b)}
+        )
+    ep = ("MIGraphXExecutionProvider", {"migraphx_target": "ref"})
+    s = ort.InferenceSession(model, providers=[ep, "CPUExecutionProvider"])
+    bz = b.copy()
+    bz[1, 2] = 0
+    with pytest.raises(Exception, match=rf"ZeroDivisionError.*{node.op_type.lower()}: integer .* by zero"):
+        s.run(None, {"a": a, "b": bz})
+    want = ort.InferenceSession(model, providers=["CPUExecutionProvider"]).run(None, {"a": a, "b": b})
+    np.testing.assert_array_equal(s.run(None, {"a": a, "b": b})[0], want[0])
+
+
+def test_constant_zero_divisor_is_left_for_run_time():
+    # Constant folding must not fail the compile (or fold a wrong 0): the Run reports it.
+    from opcheck import run_ours
+
+    node = helper.make_node("Div", ["a", "b"], ["y"])
+    consts = {"a": IA[0], "b": np.array([2, 0, 1, 3], np.int64)}
+    with pytest.raises(ZeroDivisionError, match="div: integer division by zero"):
+        run_ours(make_model(node, {}, initializers=consts), {})
+
+
 def test_round_half_to_even_and_erf():
     x = np.array([0.5, 1.5, 2.5, -0.5, -2.5, 2.4], np.float32)
     np.testing.assert_array_equal(run_op("nearbyint", x), [0, 2, 2, -0.0, -2, 2])

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ml_dtypes
 import numpy as np
 import pytest
 from onnx import helper
@@ -113,3 +114,38 @@ def test_reduce_refusals():
     assert "compile-time constant" in refuses(node, {"x": X, "axis": np.array(0, np.int64)})
     node = helper.make_node("ReduceMax", ["x"], ["y"], axes=[1], bogus=3)
     assert "bogus" in refuses(node, {"x": X}, opset=13)
+
+
+# -- NaN: reduce_max/min and argmax/argmin skip it --------------------------------------------------------
+XN = X.copy()
+XN[1, 1, 2] = XN[1, 2, 3] = XN[1, 2, 1] = np.nan  # never first along an axis: ORT's CPU EP skips these
+
+
+@pytest.mark.parametrize("op", ["ReduceMax", "ReduceMin"])
+@pytest.mark.parametrize("axes", [[0], [1], [2], [0, 2], [0, 1, 2]])
+def test_reduce_max_min_skip_nan_vs_ort(op, axes):
+    node = helper.make_node(op, ["x", "axes"], ["y"], keepdims=1)
+    check_node(node, {"x": XN}, opset=18, initializers={"axes": np.array(axes, np.int64)})
+
+
+@pytest.mark.parametrize("op", ["ArgMax", "ArgMin"])
+@pytest.mark.parametrize("axis", [0, 1, 2])
+@pytest.mark.parametrize("last", [0, 1])
+def test_arg_skips_nan_vs_ort(op, axis, last):
+    check_node(helper.make_node(op, ["x"], ["y"], axis=axis, select_last_index=last), {"x": XN})
+
+
+@pytest.mark.parametrize("dt", [np.float32, np.float16, ml_dtypes.bfloat16, np.float64])
+def test_nan_first_or_everywhere(dt):
+    # One rule wherever the NaN sits (ORT's CPU EP lets a NaN in the first position win: [nan, 3, nan]);
+    # only NaN gives NaN, and index 0 for arg*, whichever index rule is asked for.
+    nan = np.nan
+    x = np.array([[nan, 1, 3, 3, 2], [nan] * 5, [nan, -np.inf, nan, nan, nan]], np.float32).astype(dt)
+    got = run_op("reduce_max", x, axes=[1]).astype(np.float32).ravel()
+    np.testing.assert_array_equal(got, [3, nan, -np.inf])
+    np.testing.assert_array_equal(
+        run_op("reduce_min", x, axes=[1]).astype(np.float32).ravel(), [1, nan, -np.inf]
+    )
+    np.testing.assert_array_equal(run_op("argmax", x, axis=1).ravel(), [2, 0, 1])
+    np.testing.assert_array_equal(run_op("argmax", x, axis=1, select_last_index=True).ravel(), [3, 0, 1])
+    np.testing.assert_array_equal(run_op("argmin", x, axis=1, select_last_index=True).ravel(), [1, 0, 1])

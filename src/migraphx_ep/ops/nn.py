@@ -215,7 +215,7 @@ def pool_output_len(
 class Pooling(Op):
     """N-d pooling over explicit pads. ``average`` divides by the in-input element count unless
     ``count_include_pad`` (then explicit pads count, the ceil_mode overhang never does); ``lpnorm``
-    is (sum |x|^p)^(1/p) with pads contributing 0; ``max`` ignores pads."""
+    is (sum |x|^p)^(1/p) with pads contributing 0; ``max`` ignores pads and NaN."""
 
     name: ClassVar[str] = "pooling"
     mode: str = "average"
@@ -258,11 +258,15 @@ class Pooling(Op):
         extra = [max(0, need[i] - (x.shape[2 + i] + p[i] + p[i + k])) for i in range(k)]
         full_pad = tuple(p[:k]) + tuple(p[k + i] + extra[i] for i in range(k))
         red = tuple(range(2 + k, 2 + 2 * k))
-        if self.mode == "max":
-            # bfloat16 and fp8 (ml_dtypes) are floats numpy does not call kind "f"
-            low = -np.inf if is_float(from_numpy(x.dtype)) else np.iinfo(x.dtype).min
-            xp = _pad_spatial(x, full_pad, low)
+        if self.mode == "max" and not is_float(from_numpy(x.dtype)):  # bfloat16/fp8 are not kind "f"
+            xp = _pad_spatial(x, full_pad, np.iinfo(x.dtype).min)
             return windows(xp, outs, self.lengths, s, d).max(axis=red).astype(out.dtype)
+        if self.mode == "max":
+            # NaN is skipped (np.fmax; a window of only NaN gives NaN): ONNX says nothing, and ORT's CPU
+            # kernels mostly skip it (which NaN wins there differs by rank and type). Pads are NaN too.
+            xf = x.astype(np.float64 if x.dtype == np.float64 else np.float32)
+            xp = _pad_spatial(xf, full_pad, np.nan)
+            return np.fmax.reduce(windows(xp, outs, self.lengths, s, d), axis=red).astype(out.dtype)
         acc = np.float64 if x.dtype == np.float64 else np.float32
         xa = x.astype(acc)
         if self.mode == "lpnorm":

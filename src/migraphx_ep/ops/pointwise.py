@@ -54,6 +54,24 @@ def _div(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return np.true_divide(a, b)
 
 
+def zero_divisor_message(op: str) -> str:
+    """The error of ``op`` (div, mod, fmod) on an integer zero divisor; the gpu kernels' check says it too."""
+    return f"{op}: integer {'division' if op == 'div' else 'modulo'} by zero"
+
+
+def _checked(fn: Callable, op: str) -> Callable:
+    """``fn`` raising on an integer zero divisor: ORT's CPU kernels fail the Run there (Div and Mod
+    alike) where numpy would give 0 and a warning."""
+
+    def run(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        if b.dtype.kind in "iu" and not np.all(b):
+            raise ZeroDivisionError(zero_divisor_message(op))
+        return fn(a, b)
+
+    run.__name__ = op
+    return run
+
+
 def _pow(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     # ORT evaluates integer Pow as std::pow on doubles, truncated back (negative exponents are legal).
     if a.dtype.kind in "iu":
@@ -116,12 +134,13 @@ unary("bitwise_not", np.invert, "~{0}", types=INT_TYPES)
 binary("add", np.add, "{0} + {1}")
 binary("sub", np.subtract, "{0} - {1}")
 binary("mul", np.multiply, "{0} * {1}")
-binary("div", _div, "{0} / {1}")  # C++ integer division truncates, as ONNX wants
+binary("div", _checked(_div, "div"), "{0} / {1}")  # C++ integer division truncates, as ONNX wants
 binary("pow", f32(_pow), "pow({0}, {1})")
 # Sign of the divisor (numpy's mod, including IEEE special cases, as ONNX Mod-28 specifies for floats).
 _FM = "fmod({0}, {1})"
-binary("mod", f32(np.mod), f"({_FM} != 0 && (({_FM} < 0) != ({{1}} < 0))) ? {_FM} + {{1}} : {_FM}")
-binary("fmod", f32(np.fmod), "fmod({0}, {1})")  # sign of the dividend
+_MOD = f"({_FM} != 0 && (({_FM} < 0) != ({{1}} < 0))) ? {_FM} + {{1}} : {_FM}"
+binary("mod", f32(_checked(np.mod, "mod")), _MOD)
+binary("fmod", f32(_checked(np.fmod, "fmod")), "fmod({0}, {1})")  # sign of the dividend
 # NaN propagates (numpy's maximum/minimum); the expression keeps that where fmax/fmin would not.
 binary("max", np.maximum, "({0} != {0} || {0} > {1}) ? {0} : {1}")
 binary("min", np.minimum, "({0} != {0} || {0} < {1}) ? {0} : {1}")

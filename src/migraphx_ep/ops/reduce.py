@@ -105,16 +105,26 @@ def _highest(dt: np.dtype):
     return np.inf if dt.kind == "f" or dt in NARROW_FLOATS else np.iinfo(dt).max
 
 
+# NaN rule of reduce_max/min and argmax/argmin: a NaN is skipped (np.fmax); only NaN gives NaN (index
+# 0 for arg*). ONNX says nothing; ORT's CPU kernels compare with ">" and so skip NaN too, except that a
+# NaN first along the axis wins there (their scan starts from it): a quirk no parallel reduction repeats.
+def _skip_nan(ufunc: np.ufunc, x: np.ndarray, axes: tuple[int, ...], empty) -> np.ndarray:
+    x = _acc(x)
+    if x.size == 0:  # an empty reduction is the identity (-inf for max)
+        return np.full([1 if i in axes else n for i, n in enumerate(x.shape)], empty, x.dtype)
+    return ufunc.reduce(x, axis=axes, keepdims=True)
+
+
 @register_op
 @dataclasses.dataclass(frozen=True)
 class ReduceMax(ReduceOp):
-    """Max with NaN propagation; an empty reduction gives the lowest value (-inf for floats)."""
+    """Max skipping NaN (see ``_skip_nan``); an empty reduction gives the lowest value (-inf for floats)."""
 
     name: ClassVar[str] = "reduce_max"
     types: ClassVar[frozenset[DType]] = frozenset(_ORDERED)
 
     def reduce(self, x, axes):
-        return np.max(_acc(x), axis=axes, keepdims=True, initial=_lowest(x.dtype))
+        return _skip_nan(np.fmax, x, axes, _lowest(x.dtype))
 
 
 @register_op
@@ -124,7 +134,7 @@ class ReduceMin(ReduceOp):
     types: ClassVar[frozenset[DType]] = frozenset(_ORDERED)
 
     def reduce(self, x, axes):
-        return np.min(_acc(x), axis=axes, keepdims=True, initial=_highest(x.dtype))
+        return _skip_nan(np.fmin, x, axes, _highest(x.dtype))
 
 
 def _acc(x: np.ndarray) -> np.ndarray:
@@ -133,7 +143,8 @@ def _acc(x: np.ndarray) -> np.ndarray:
 
 @dataclasses.dataclass(frozen=True)
 class ArgOp(Op):
-    """Index (int64) of the max/min along ``axis``, kept as a length-1 axis; first or last on ties."""
+    """Index (int64) of the max/min along ``axis``, kept as a length-1 axis; first or last on ties; NaN
+    is skipped (``_skip_nan``)."""
 
     axis: int = 0
     select_last_index: bool = False
@@ -147,14 +158,15 @@ class ArgOp(Op):
         return Shape(DType.int64_type, [1 if i == ax else n for i, n in enumerate(s.lens)])
 
     def compute(self, out: Shape, args: list[np.ndarray]) -> np.ndarray:
-        x = _acc(args[0])
+        x = args[0]
         (ax,) = _normalize_axes((self.axis,), x.ndim, self.name)
-        fn = np.argmax if self.name == "argmax" else np.argmin
+        ufunc = np.fmax if self.name == "argmax" else np.fmin
+        hit = _acc(x) == _skip_nan(ufunc, x, (ax,), 0)  # NaN equals nothing: it is never picked
         if self.select_last_index:
-            r = x.shape[ax] - 1 - fn(np.flip(x, ax), axis=ax, keepdims=True)
+            r = x.shape[ax] - 1 - np.argmax(np.flip(hit, ax), axis=ax, keepdims=True)
         else:
-            r = fn(x, axis=ax, keepdims=True)
-        return r.astype(np.int64)
+            r = np.argmax(hit, axis=ax, keepdims=True)
+        return np.where(hit.any(axis=ax, keepdims=True), r, 0).astype(np.int64)  # all NaN: index 0
 
 
 @register_op

@@ -198,6 +198,19 @@ class PinnedBuffer:
             pass
 
 
+class MappedBuffer(PinnedBuffer):
+    """Pinned host memory that kernels write in place through ``device_ptr`` (zero-copy): for flags set
+    rarely, which the host reads after a synchronisation with no copy at all. Kernel writes are visible
+    to the host once the stream that ran them is synchronised."""
+
+    def __init__(self, nbytes: int) -> None:
+        self.nbytes = max(int(nbytes), 1)
+        flags = cu.CU_MEMHOSTALLOC_DEVICEMAP
+        self.ptr = int(check(cu.cuMemHostAlloc(self.nbytes, flags), "cuMemHostAlloc(DEVICEMAP)"))
+        self.array = np.ctypeslib.as_array((ctypes.c_uint8 * self.nbytes).from_address(self.ptr))
+        self.device_ptr = int(check(cu.cuMemHostGetDevicePointer(self.ptr, 0), "cuMemHostGetDevicePointer"))
+
+
 class Stream:
     """A non-blocking stream (no implicit sync with the legacy default stream)."""
 

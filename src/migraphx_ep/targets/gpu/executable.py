@@ -1,9 +1,10 @@
 """A lowered program bound to one GPU: buffers allocated, kernels loaded, library plans chosen, and the
 whole step list captured once as a CUDA graph.
 
-Run = copy inputs in, launch the graph, copy outputs out, on one stream: a handful of driver calls
-whatever the model's size. Runs on one executable are serialised by a lock (they share the arena), so
-concurrent ``Run`` calls on one session give right answers.
+Run = copy inputs in, launch the graph, copy outputs out, on one stream, then one synchronisation (and a
+look at the kernels' error slots, ``errors.py``): a handful of driver calls whatever the model's size.
+Runs on one executable are serialised by a lock (they share the arena), so concurrent ``Run`` calls on
+one session give right answers.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import numpy as np
 
 from ...ir.dtypes import to_numpy
 from . import cuda
+from .errors import DeviceErrors
 from .kernels.spec import KernelSpec, Unsupported
 from .lowering import Buf, ConvStep, GemmStep, KernelStep, Lowered, plan_lowered
 from .memory import ALIGN, Storage, align
@@ -58,6 +60,7 @@ class GpuExecutable:
         self.arena_bytes = plan_lowered(lowered)
         self.arena = cuda.alloc(self.arena_bytes)
         self._upload_weights()
+        self.errors = DeviceErrors([s.spec for s in lowered.steps if isinstance(s, KernelStep)])
         launches = self._bind()
         self.workspace = cuda.alloc(self._workspace_bytes)
         self._launches = launches
@@ -65,9 +68,11 @@ class GpuExecutable:
         self.outputs: list[tuple[int, Any] | np.ndarray] = [
             o if isinstance(o, np.ndarray) else (self.ptr(o), o.shape) for o in lowered.outputs
         ]
-        # Warm up eagerly once (first launches load code; libraries allocate lazily), then capture.
+        # Warm up eagerly once (first launches load code; libraries allocate lazily), then capture. The
+        # warm-up reads an uninitialised arena: the checks it trips are noise, cleared before any Run.
         self._issue(self.stream.handle)
         self.stream.sync()
+        self.errors.clear()
         self.graph: cuda.Graph | None = None
         if _use_graphs() and self._launches:
             try:
@@ -114,6 +119,7 @@ class GpuExecutable:
                 if mod is None:
                     mod = modules[key] = cuda.Module(self._images[key])
                 ptrs = [self.ptr(b) for b in s.reads] + [self.ptr(b) for b in s.writes]
+                ptrs += [self.errors.pointer(s.spec)] if s.spec.checks else []
                 launches.append(cuda.BoundLaunch(mod.function(s.spec.name), s.spec.grid, s.spec.block,
                                                  s.spec.shared_bytes, ptrs))  # fmt: skip
             elif isinstance(s, GemmStep | ConvStep):
@@ -271,6 +277,7 @@ class GpuExecutable:
                 cuda.memcpy_dtoh(host, ptr, s)
                 results.append(host)
             self.stream.sync()
+            self.errors.raise_if_set()
             return results
 
     def artifacts(self) -> dict:
@@ -296,6 +303,7 @@ class GpuExecutable:
             "weight_bytes": self.weights.nbytes,
             "workspace_bytes": self.workspace.nbytes,
             "cuda_graph": self.graph is not None,
+            "checking_kernels": len(self.errors.specs),
         }
 
 

@@ -4,6 +4,10 @@ Every decision the lowering makes that is not inside a kernel's source — fusio
 their byte offsets, strides (NHWC included), GEMM layouts and batch folding, epilogues, and the
 memory plan's reuse of arena bytes — shows up here exactly as it would on the device. Tests compare
 the result with the ref target, so those decisions are checked in CI on machines without a GPU.
+
+An input the ref rejects (an index out of range, an integer zero divisor) raises what the executable
+raises when the step's kernel reports it through its error slot (``errors.py``); a kernel without the
+matching check lets the ref's own error through, which tests tell apart.
 """
 
 from __future__ import annotations
@@ -12,8 +16,9 @@ import numpy as np
 
 from ...ir.dtypes import to_numpy
 from ...ops.nn import matmul
-from .kernels.spec import PwConst, PwExpr, PwInput, PwOp
-from .lowering import Buf, ConvStep, GemmStep, KernelStep, Lowered, plan_lowered
+from .errors import device_error
+from .kernels.spec import KernelSpec, PwConst, PwExpr, PwInput, PwOp
+from .lowering import Buf, ConvStep, GemmStep, KernelStep, Lowered, Step, plan_lowered
 from .memory import align, check_plan
 
 
@@ -78,40 +83,58 @@ def run_steps(lowered: Lowered, params: dict[str, np.ndarray]) -> list[np.ndarra
     for name, b in lowered.inputs.items():
         mem.view(b)[...] = params[name]
     for s in lowered.steps:
-        args = [np.array(mem.view(b)) for b in s.reads]
-        out = s.writes[0]
-        dt = to_numpy(out.shape.type)
-        if isinstance(s, KernelStep) and s.expr is not None:
-            res = _eval(s.expr, args, out.shape.lens)
-        elif isinstance(s, KernelStep) and s.args.get("axis") is not None and s.label == "layernorm":
-            it = iter(args[1:])
-            scale = next(it) if s.args["scale"] else None
-            bias = next(it) if s.args["bias"] else None
-            res = _layernorm(args[0], scale, bias, s.args["axis"], s.args["eps"], dt)
-        elif isinstance(s, KernelStep):
-            res = s.op.compute(out.shape.as_standard(), args)  # type: ignore[union-attr]
-        elif isinstance(s, GemmStep):
-            _gemm(s, mem, args)
-            continue
-        elif isinstance(s, ConvStep):
-            res = s.op.compute(out.shape.as_standard(), args[:2])
-            rest = args[2:]
-            acc = res.astype(np.float32) if res.dtype != np.float64 else res
-            if s.has_bias:
-                b = rest.pop(0)
-                acc = acc + b
-            if s.has_residual:
-                acc = acc + rest.pop(0)
-            if s.relu:
-                acc = np.maximum(acc, 0)
-            res = acc.astype(dt)
-        else:  # pragma: no cover
-            raise TypeError(s)
-        mem.view(out)[...] = np.asarray(res).reshape(out.shape.lens)
+        try:
+            _step(s, mem)
+        except (IndexError, ZeroDivisionError) as e:
+            code = _code(s.spec, e) if isinstance(s, KernelStep) else 0
+            if not code:
+                raise
+            raise device_error(s.spec, code) from e
     outs = []
     for o in lowered.outputs:
         outs.append(o.copy() if isinstance(o, np.ndarray) else np.array(mem.view(o)))
     return outs
+
+
+def _code(spec: KernelSpec, e: Exception) -> int:
+    """The code of ``spec``'s check for the ref's error ``e``: one saying the same, else the first of its
+    kind (index messages differ: the ref names the index); 0 when the kernel makes no such check."""
+    hits = [k + 1 for k, c in enumerate(spec.checks) if c.error == type(e).__name__]
+    same = [k for k in hits if spec.checks[k - 1].message == str(e)]
+    return (same or hits or [0])[0]
+
+
+def _step(s: Step, mem: Memory) -> None:
+    args = [np.array(mem.view(b)) for b in s.reads]
+    out = s.writes[0]
+    dt = to_numpy(out.shape.type)
+    if isinstance(s, KernelStep) and s.expr is not None:
+        res = _eval(s.expr, args, out.shape.lens)
+    elif isinstance(s, KernelStep) and s.args.get("axis") is not None and s.label == "layernorm":
+        it = iter(args[1:])
+        scale = next(it) if s.args["scale"] else None
+        bias = next(it) if s.args["bias"] else None
+        res = _layernorm(args[0], scale, bias, s.args["axis"], s.args["eps"], dt)
+    elif isinstance(s, KernelStep):
+        res = s.op.compute(out.shape.as_standard(), args)  # type: ignore[union-attr]
+    elif isinstance(s, GemmStep):
+        _gemm(s, mem, args)
+        return
+    elif isinstance(s, ConvStep):
+        res = s.op.compute(out.shape.as_standard(), args[:2])
+        rest = args[2:]
+        acc = res.astype(np.float32) if res.dtype != np.float64 else res
+        if s.has_bias:
+            b = rest.pop(0)
+            acc = acc + b
+        if s.has_residual:
+            acc = acc + rest.pop(0)
+        if s.relu:
+            acc = np.maximum(acc, 0)
+        res = acc.astype(dt)
+    else:  # pragma: no cover
+        raise TypeError(s)
+    mem.view(out)[...] = np.asarray(res).reshape(out.shape.lens)
 
 
 def _gemm(s: GemmStep, mem: Memory, args: list[np.ndarray]) -> np.ndarray | None:

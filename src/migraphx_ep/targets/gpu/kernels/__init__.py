@@ -16,9 +16,6 @@ from .conv import conv_kernel, conv_supported
 from .data import (
     INDEX_TYPES,
     concat_kernel,
-    gather_elements_kernel,
-    gather_kernel,
-    gathernd_kernel,
     onehot_kernel,
     pad_kernel,
     pooling_kernel,
@@ -29,6 +26,7 @@ from .data import (
     scan_kernel,
     trilu_kernel,
 )
+from .gather import gather_elements_kernel, gather_kernel, gathernd_kernel
 from .gemm import gemm_kernel, gemm_supported
 from .pointwise import POINTWISE_OPS, pointwise_kernel, pointwise_supported
 from .prelude import PRELUDE, c_type

@@ -1,21 +1,21 @@
-"""Data movement kernels: gather, gather_elements, concat, pad, onehot, trilu, prefix_scan_sum.
+"""Data movement kernels: concat, pad, onehot, trilu, reverse, prefix_scan_sum, pooling, resize.
 
 Each thread computes output elements (walked in the output's memory order, so stores coalesce) from the
 output's logical index. Pure copies move raw bits (``raw_type``), so they work for every element type,
-float8 included. An index outside its dimension is a run-time error in the ref; a kernel cannot raise,
-so it clamps the index instead (never reading outside the tensor).
+float8 included. The gathers, which read indices, are in ``gather.py``.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from ....ir.dtypes import DType, to_numpy
+from ....ir.dtypes import DType, is_float, to_numpy
 from ....ir.operation import Op
 from ....ir.shape import Shape
 from .prelude import (
     BLOCK,
     PRELUDE,
+    c_literal,
     c_type,
     check_strides,
     compute_type,
@@ -28,7 +28,7 @@ from .prelude import (
     walk,
 )
 from .reduce import acc_type, extreme
-from .spec import KernelSpec, Unsupported
+from .spec import Check, KernelSpec, Unsupported
 
 _RAW = {1: "u8", 2: "u16", 4: "u32", 8: "u64"}
 INDEX_TYPES = frozenset({DType.int32_type, DType.int64_type})
@@ -60,16 +60,23 @@ def out_digits(out: Shape, var: str, idx: str) -> tuple[list[str], list[str]]:
 
 
 def index_kernel(
-    name: str, ins: list[Shape], in_c: list[str], out: Shape, out_c: str, body: list[str]
+    name: str,
+    ins: list[Shape],
+    in_c: list[str],
+    out: Shape,
+    out_c: str,
+    body: list[str],
+    checks: tuple[Check, ...] = (),
 ) -> KernelSpec:
     """The grid-stride loop over ``out``'s elements; ``body`` sees ``o0..`` (the output's logical
-    index as ``{idx}``), ``oo`` (the output offset) and ``IDX``, and stores ``out0[oo]``."""
+    index as ``{idx}``), ``oo`` (the output offset), ``IDX`` and ``err`` when ``checks`` are given
+    (``continue`` skips an element), and stores ``out0[oo]``."""
     check_strides(out, *ins)
     idx = index_type(span(out, *ins))
     n = out.elements()
-    sig = signature(name, in_c, [out_c])
+    sig = signature(name, in_c, [out_c], checked=bool(checks))
     if n == 0:
-        return KernelSpec(name, PRELUDE + sig + " {}\n", (1, 1, 1), (BLOCK, 1, 1), 0, len(ins))
+        return KernelSpec(name, PRELUDE + sig + " {}\n", (1, 1, 1), (BLOCK, 1, 1), 0, len(ins), checks=checks)
     lines, digits = out_digits(out, "i", idx)
     src = [f"  for ({idx} i = blockIdx.x * {BLOCK}u + threadIdx.x; i < {n}u; i += gridDim.x * {BLOCK}u) {{"]
     src += [f"    {x}" for x in lines]
@@ -77,62 +84,7 @@ def index_kernel(
     src.append(f"    const {idx} oo = {offset([f'o{d}' for d in range(out.ndim())], out.strides, idx)};")
     src += [f"    {x}" for x in body] + ["  }"]
     text = PRELUDE + f"typedef {idx} IDX;\n" + sig + " {\n" + "\n".join(src) + "\n}\n"
-    return KernelSpec(name, text, grid_for(n), (BLOCK, 1, 1), 0, len(ins))
-
-
-def _index_value(ptr: str, off: str, n: int, j: str = "j") -> list[str]:
-    """Read an index into ``j``, wrap a negative one like the ref, clamp what the ref would reject."""
-    return [
-        f"i64 {j} = (i64){ptr}[{off}];",
-        f"if ({j} < 0) {j} += {n}ll;",
-        f"{j} = {j} < 0 ? 0 : ({j} >= {n}ll ? {max(n - 1, 0)}ll : {j});",
-    ]
-
-
-def gather_kernel(name: str, op: Op, data: Shape, indices: Shape, out: Shape) -> KernelSpec:
-    r = data.ndim()
-    a = op.axis % r  # type: ignore[attr-defined]
-    q = indices.ndim()
-    if indices.type not in INDEX_TYPES:
-        raise Unsupported(f"gather indices of type {indices.type.name}")
-    o = [f"o{d}" for d in range(out.ndim())]
-    ioff = offset(o[a : a + q], indices.strides, "IDX")
-    src = o[:a] + ["(IDX)j"] + o[a + q :]
-    body = _index_value("in1", ioff, data.lens[a])
-    body.append(f"out0[oo] = in0[{offset(src, data.strides, 'IDX')}];")
-    raw = raw_type(data.type)
-    return index_kernel(name, [data, indices], [raw, c_type(indices.type)], out, raw, body)
-
-
-def gather_elements_kernel(name: str, op: Op, data: Shape, indices: Shape, out: Shape) -> KernelSpec:
-    r = data.ndim()
-    a = op.axis % r  # type: ignore[attr-defined]
-    if indices.type not in INDEX_TYPES:
-        raise Unsupported(f"gather_elements indices of type {indices.type.name}")
-    o = [f"o{d}" for d in range(r)]
-    body = _index_value("in1", offset(o, indices.strides, "IDX"), data.lens[a])
-    src = o[:a] + ["(IDX)j"] + o[a + 1 :]
-    body.append(f"out0[oo] = in0[{offset(src, data.strides, 'IDX')}];")
-    raw = raw_type(data.type)
-    return index_kernel(name, [data, indices], [raw, c_type(indices.type)], out, raw, body)
-
-
-def gathernd_kernel(name: str, op: Op, data: Shape, indices: Shape, out: Shape) -> KernelSpec:
-    """ONNX GatherND: the last index dim holds ``k`` coordinates into data dims ``batch_dims..``."""
-    if indices.type not in INDEX_TYPES:
-        raise Unsupported(f"gathernd indices of type {indices.type.name}")
-    b, q = op.batch_dims, indices.ndim()  # type: ignore[attr-defined]
-    k = indices.lens[-1]
-    o = [f"o{d}" for d in range(out.ndim())]
-    body, src = [], o[:b]
-    for j in range(k):
-        ioff = offset([*o[: q - 1], f"{j}u"], indices.strides, "IDX")
-        body += _index_value("in1", ioff, data.lens[b + j], f"j{j}")
-        src.append(f"(IDX)j{j}")
-    src += o[q - 1 :]
-    body.append(f"out0[oo] = in0[{offset(src, data.strides, 'IDX')}];")
-    raw = raw_type(data.type)
-    return index_kernel(name, [data, indices], [raw, c_type(indices.type)], out, raw, body)
+    return KernelSpec(name, text, grid_for(n), (BLOCK, 1, 1), 0, len(ins), checks=checks)
 
 
 def concat_kernel(name: str, op: Op, inputs: list[Shape], out: Shape) -> KernelSpec:
@@ -252,9 +204,9 @@ def pooling_kernel(name: str, op: Op, x: Shape, out: Shape) -> KernelSpec:
     body = []
     for i in range(k):
         body.append(f"const i64 c{i}0 = (i64)o{2 + i} * {st[i]}ll - {p[i]}ll;")
-    if mode == "max":
-        body.append(f"{c} acc = {extreme(t, high=False)};")
-        step = "acc = mx_max(acc, mx_ld(v));"
+    if mode == "max":  # NaN is skipped as in the ref: floats start from NaN, what mx_fmax ignores
+        body.append(f"{c} acc = {c_literal(float('nan'), t) if is_float(t) else extreme(t, high=False)};")
+        step = "acc = mx_fmax(acc, mx_ld(v));"
         finish = f"mx_cvt<{c_type(t)}>(acc)"
     else:
         body.append(f"{a} acc = 0;")

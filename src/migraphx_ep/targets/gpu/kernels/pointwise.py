@@ -12,9 +12,12 @@ operand are merged. When every operand is contiguous or a broadcast scalar the l
 
 from __future__ import annotations
 
+import numpy as np
+
 from ....ir.dtypes import FLOAT_TYPES, DType, to_numpy
 from ....ir.operation import Op
 from ....ir.shape import Shape, standard_strides
+from ....ops.pointwise import zero_divisor_message
 from .prelude import (
     BLOCK,
     NARROW,
@@ -32,7 +35,8 @@ from .prelude import (
     span,
     vector_width,
 )
-from .spec import KernelSpec, PwConst, PwExpr, PwInput, PwOp, Unsupported
+from .spec import Check, KernelSpec, PwConst, PwExpr, PwInput, PwOp, Unsupported
+from .transpose import n_tiles, tiled_body, transposed_dim
 
 _UNARY = {
     "abs": "mx_abs({0})",
@@ -150,12 +154,14 @@ def _expr(op: Op, args: list[str], types: list[DType]) -> str:
 
 
 class _Emitter:
-    """Statements computing an expression tree, one variable per distinct node."""
+    """Statements computing an expression tree, one variable per distinct node; ``checks`` are the run-time
+    checks they make (an integer divisor that is not a nonzero constant must not be 0: the ref raises)."""
 
     def __init__(self, in_types: list[DType]) -> None:
         self.in_types = in_types
         self.lines: list[str] = []
         self.memo: dict[object, tuple[str, DType]] = {}
+        self.checks: list[Check] = []
 
     def value(self, e: PwExpr) -> tuple[str, DType]:
         if isinstance(e, PwInput):
@@ -166,12 +172,22 @@ class _Emitter:
         if key in self.memo:
             return self.memo[key]
         vals = [self.value(a) for a in e.args]
-        raw = _expr(e.op, [v for v, _ in vals], [t for _, t in vals])
+        args = [v for v, _ in vals]
+        if e.op.name in ("div", "mod", "fmod") and vals[0][1] not in FLOAT_TYPES and not _nonzero(e.args[1]):
+            check = Check("ZeroDivisionError", zero_divisor_message(e.op.name))
+            if check not in self.checks:
+                self.checks.append(check)
+            args[1] = f"mx_nz({args[1]}, err, {self.checks.index(check) + 1})"
+        raw = _expr(e.op, args, [t for _, t in vals])
         var = f"v{len(self.memo)}"
         t = DType(e.type)
         self.lines.append(f"const {compute_type(t)} {var} = mx_round<{c_type(t)}>({raw});")
         self.memo[key] = (var, t)
         return var, t
+
+
+def _nonzero(e: PwExpr) -> bool:
+    return isinstance(e, PwConst) and bool(np.asarray(e.value).astype(to_numpy(e.type)) != 0)
 
 
 def _hashable(e: PwExpr) -> bool:
@@ -182,14 +198,18 @@ def _hashable(e: PwExpr) -> bool:
     return e == e  # NaN constants never equal themselves: leave them out of the memo
 
 
-def element_function(expr: PwExpr, in_types: list[DType], out_type: DType) -> str:
-    """``mx_elem(x0, x1, ...)``: the output element (storage type) from input compute values."""
+def element_function(expr: PwExpr, in_types: list[DType], out_type: DType) -> tuple[str, tuple[Check, ...]]:
+    """``mx_elem(x0, x1, ...)``: the output element (storage type) from input compute values, and the
+    checks it makes. A checking one is a lambda for the kernel's body, where it sees the error slot."""
     em = _Emitter(in_types)
     var, _ = em.value(expr)
     params = ", ".join(f"const {compute_type(t)} x{i}" for i, t in enumerate(in_types))
     body = "".join(f"  {line}\n" for line in em.lines)
     out_c = c_type(out_type)
-    return f"MX_DEV {out_c} mx_elem({params}) {{\n{body}  return mx_cvt<{out_c}>({var});\n}}\n"
+    ret = f"  return mx_cvt<{out_c}>({var});\n"
+    if em.checks:
+        return f"  auto mx_elem = [=]({params}) -> {out_c} {{\n{body}{ret}  }};\n", tuple(em.checks)
+    return f"MX_DEV {out_c} mx_elem({params}) {{\n{body}{ret}}}\n", ()
 
 
 def pointwise_kernel(name: str, expr: PwExpr, inputs: list[Shape], out: Shape) -> KernelSpec:
@@ -205,11 +225,12 @@ def pointwise_kernel(name: str, expr: PwExpr, inputs: list[Shape], out: Shape) -
     in_types = [s.type for s in inputs]
     in_c = [c_type(t) for t in in_types]
     out_c = c_type(out.type)
-    head = PRELUDE + element_function(expr, in_types, out.type)
-    sig = signature(name, in_c, [out_c])
+    elem, checks = element_function(expr, in_types, out.type)
+    head, local = (PRELUDE, elem) if checks else (PRELUDE + elem, "")
+    sig = signature(name, in_c, [out_c], checked=bool(checks))
     n = out.elements()
     if n == 0:
-        return KernelSpec(name, head + sig + " {}\n", (1, 1, 1), (BLOCK, 1, 1), 0, len(inputs), 1)
+        return KernelSpec(name, head + sig + " {}\n", (1, 1, 1), (BLOCK, 1, 1), 0, len(inputs), 1, checks)
     idx = index_type(span(out, *inputs))
     # Walk the output in memory order: sort dims by its strides (stable, so ties keep logical order).
     perm = sorted(range(len(out.lens)), key=lambda d: -out.strides[d])
@@ -217,19 +238,19 @@ def pointwise_kernel(name: str, expr: PwExpr, inputs: list[Shape], out: Shape) -
     strides = [[s.strides[d] for d in perm] for s in (out, *inputs)]
     lens, strides = collapse(lens, strides)
     flat = len(lens) <= 1 and strides[0] in ([], [1]) and all(st in ([], [0], [1]) for st in strides[1:])
-    tdim = _transposed_dim(lens, strides)
+    tdim = transposed_dim(lens, strides)
     if flat:
         body, work = _flat_body(n, idx, in_types, out.type, [st in ([], [0]) for st in strides[1:]])
     elif tdim is not None:
-        body, work = _tiled_body(idx, lens, strides, tdim, in_c[0]), 0
+        body, work = tiled_body(idx, lens, strides, tdim, in_c[0]), 0
     else:
         body, work = _strided_body(n, idx, lens, strides, len(inputs)), n
         rowvec = _rowvec_body(n, idx, lens, strides, [out.type, *in_types])
         if rowvec is not None:  # vectors along the innermost dim, the scalar loop if misaligned
             body, work = rowvec[0] + body + "  }\n", rowvec[1]
-    source = head + sig + " {\n" + body + "}\n"
-    grid = grid_for(work) if tdim is None or flat else grid_for(_n_tiles(lens, tdim), 1)
-    return KernelSpec(name, source, grid, (BLOCK, 1, 1), 0, len(inputs), 1)
+    source = head + sig + " {\n" + local + body + "}\n"
+    grid = grid_for(work) if tdim is None or flat else grid_for(n_tiles(lens, tdim), 1)
+    return KernelSpec(name, source, grid, (BLOCK, 1, 1), 0, len(inputs), 1, checks)
 
 
 _RAW_TYPES = {1: DType.uint8_type, 2: DType.uint16_type, 4: DType.uint32_type, 8: DType.uint64_type}
@@ -353,58 +374,4 @@ def _strided_body(n: int, idx: str, lens: list[int], strides: list[list[int]], n
     args = ", ".join(f"mx_ld(in{k}[{off(strides[k + 1])}])" for k in range(n_in))
     lines.append(f"    out0[{off(strides[0])}] = mx_elem({args});")
     lines.append("  }")
-    return "\n".join(lines) + "\n"
-
-
-_TILE = 32
-
-
-def _transposed_dim(lens: list[int], strides: list[list[int]]) -> int | None:
-    """For one input that is contiguous along a dim other than the output's innermost (a transpose),
-    that dim; the tiled path then reads and writes 32x32 tiles, both coalesced."""
-    if len(strides) != 2 or len(lens) < 2 or strides[0][-1] != 1 or strides[1][-1] == 1:
-        return None
-    ones = [d for d in range(len(lens) - 1) if strides[1][d] == 1]
-    if not ones or lens[ones[0]] < _TILE // 2 or lens[-1] < _TILE // 2:
-        return None
-    return ones[0]
-
-
-def _n_tiles(lens: list[int], a: int) -> int:
-    n = -(-lens[a] // _TILE) * -(-lens[-1] // _TILE)
-    for d in range(len(lens) - 1):
-        n *= lens[d] if d != a else 1
-    return n
-
-
-def _tiled_body(idx: str, lens: list[int], strides: list[list[int]], a: int, in_c: str) -> str:
-    """Tiles over (dim ``a``, the last dim) staged through shared memory; other dims index the tiles."""
-    k = len(lens) - 1
-    outer = [d for d in range(k) if d != a]
-    tile_lens = [lens[d] for d in outer] + [-(-lens[a] // _TILE), -(-lens[k] // _TILE)]
-    digits = [f"d{d}" for d in outer] + ["qa", "qk"]
-    so, si = strides
-    ld = f"in0[bi + ia + ik * {si[k]}u]"
-    st = f"out0[bo + ia * {so[a]}u + ik]"
-    inside = f"ia < {lens[a]}u && ik < {lens[k]}u"
-    lines = [
-        f"  __shared__ {in_c} tile[{_TILE}][{_TILE + 1}];",
-        "  const u32 tx = threadIdx.x % 32u, ty = threadIdx.x / 32u;",
-        f"  for ({idx} t = blockIdx.x; t < {_n_tiles(lens, a)}u; t += gridDim.x) {{",
-        *[f"    {x}" for x in decompose("t", tile_lens, "g", idx)],
-        *[f"    const {idx} {dg} = g{i};" for i, dg in enumerate(digits)],
-        f"    const {idx} bi = {offset([f'd{d}' for d in outer], [si[d] for d in outer], idx)};",
-        f"    const {idx} bo = {offset([f'd{d}' for d in outer], [so[d] for d in outer], idx)};",
-        f"    for (u32 j = ty; j < {_TILE}u; j += {BLOCK // 32}u) {{  // read along the input's fast dim",
-        f"      const {idx} ia = qa * {_TILE}u + tx, ik = qk * {_TILE}u + j;",
-        f"      if ({inside}) tile[j][tx] = {ld};",
-        "    }",
-        "    __syncthreads();",
-        f"    for (u32 j = ty; j < {_TILE}u; j += {BLOCK // 32}u) {{  // write along the output's",
-        f"      const {idx} ia = qa * {_TILE}u + j, ik = qk * {_TILE}u + tx;",
-        f"      if ({inside}) {st} = mx_elem(mx_ld(tile[tx][j]));",
-        "    }",
-        "    __syncthreads();",
-        "  }",
-    ]
     return "\n".join(lines) + "\n"

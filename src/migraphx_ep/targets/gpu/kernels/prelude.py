@@ -2,10 +2,11 @@
 
 ``PRELUDE`` is self-contained CUDA C++ (NVRTC ships no headers): fixed-width integer names, 16-bit
 storage types for half and bfloat16, and numpy's element semantics as small templates (``mx_add`` wraps
-integers, ``mx_div`` is ONNX/C integer division with the ref's answers at 0 and -1, ``mx_cvt`` is
-``astype`` including x86's float-to-int results out of range, ``mx_max`` propagates NaN). Half and
-bfloat16 values live in float ("compute type") between a load and a store; generators round them back
-to 16 bits after every op, as the ref target does.
+integers, ``mx_div`` is ONNX/C integer division with numpy's answer at MIN / -1, ``mx_cvt`` is
+``astype`` including x86's float-to-int results out of range, ``mx_max`` propagates NaN and ``mx_fmax``
+skips it; ``mx_fail`` reports a failed run-time check). Half and bfloat16 values live in float ("compute
+type") between a load and a store; generators round them back to 16 bits after every op, as the ref
+target does.
 
 The four PTX conversions sit under ``__CUDA_ARCH__`` so the same text can be compiled on a host with a
 small shim (how the header was tested); everything else is plain C++17.
@@ -110,11 +111,22 @@ template <class T> MX_DEV T mx_sign(T a) {
 }
 template <class T> MX_DEV T mx_max(T a, T b) { return (a != a || a > b) ? a : b; }
 template <class T> MX_DEV T mx_min(T a, T b) { return (a != a || a < b) ? a : b; }
+// reduce_max/min and max pooling skip NaN (the ref's np.fmax rule): NaN only when both are NaN.
+template <class T> MX_DEV T mx_fmax(T a, T b) { return (b != b || a > b) ? a : b; }
+template <class T> MX_DEV T mx_fmin(T a, T b) { return (b != b || a < b) ? a : b; }
 template <class T> MX_DEV bool mx_isnan(T a) { return a != a; }
-// Integer division truncates; x/0 is 1 for x < 0 else 0 and MIN/-1 wraps, as the ref computes them.
+// Run-time checks: a failing one stores its code in the kernel's error slot (the host raises after the
+// Run, as the ref would) and the kernel goes on with a harmless value: never an out-of-bounds access.
+MX_DEV void mx_fail(i32* err, i32 code) { *err = code; }
+template <class T> MX_DEV T mx_nz(T b, i32* err, i32 code) {  // a divisor, 1 in place of a zero
+  if (b == 0) { mx_fail(err, code); return (T)1; }
+  return b;
+}
+// Integer division truncates and MIN/-1 wraps, as the ref computes them; a zero divisor (which
+// generated kernels check with mx_nz first) gives 0 rather than undefined behaviour.
 template <class T> MX_DEV T mx_div(T a, T b) {
   if constexpr (mx_t<T>::flt) return a / b;
-  else if constexpr (mx_t<T>::sgn) return b == 0 ? (T)(a < 0) : b == (T)-1 ? mx_neg(a) : (T)(a / b);
+  else if constexpr (mx_t<T>::sgn) return b == 0 ? (T)0 : b == (T)-1 ? mx_neg(a) : (T)(a / b);
   else return b == 0 ? (T)0 : (T)(a / b);
 }
 template <class T> MX_DEV T mx_fmod(T a, T b) {
@@ -213,16 +225,19 @@ struct mx_sum_f { template <class T> MX_DEV T operator()(T a, T b) const { retur
 struct mx_prod_f { template <class T> MX_DEV T operator()(T a, T b) const { return mx_mul(a, b); } };
 struct mx_max_f { template <class T> MX_DEV T operator()(T a, T b) const { return mx_max(a, b); } };
 struct mx_min_f { template <class T> MX_DEV T operator()(T a, T b) const { return mx_min(a, b); } };
-// (value, index) for argmax/argmin: NaN wins (numpy), then the larger (smaller), then the first (last);
-// index -1 marks an empty partial.
+struct mx_fmax_f { template <class T> MX_DEV T operator()(T a, T b) const { return mx_fmax(a, b); } };
+struct mx_fmin_f { template <class T> MX_DEV T operator()(T a, T b) const { return mx_fmin(a, b); } };
+// (value, index) for argmax/argmin: NaN loses (the ref's rule), then the larger (smaller), then the first
+// (last); among NaN only the first, so all NaN gives index 0. Index -1 marks an empty partial.
 template <class T> struct mx_arg { T v; i64 i; };
 template <class T, bool MAX, bool LAST> struct mx_arg_f {
   MX_DEV mx_arg<T> operator()(mx_arg<T> a, mx_arg<T> b) const {
     if (a.i < 0 || b.i < 0) return a.i < 0 ? b : a;
     const bool an = mx_isnan(a.v), bn = mx_isnan(b.v);
     bool a_wins;
-    if (an != bn) a_wins = an;
-    else if (an || a.v == b.v) a_wins = LAST ? a.i > b.i : a.i < b.i;
+    if (an != bn) a_wins = bn;
+    else if (an) a_wins = a.i < b.i;
+    else if (a.v == b.v) a_wins = LAST ? a.i > b.i : a.i < b.i;
     else a_wins = MAX ? a.v > b.v : a.v < b.v;
     return a_wins ? a : b;
   }
@@ -368,10 +383,14 @@ def grid_for(work: int, per_block: int = BLOCK) -> tuple[int, int, int]:
     return (max(1, min(MAX_BLOCKS, -(-work // per_block))), 1, 1)
 
 
-def signature(name: str, in_types: Sequence[str], out_types: Sequence[str], threads: int = BLOCK) -> str:
-    """``extern "C"`` kernel head: ``in0..`` const restrict pointers, then ``out0..``."""
+def signature(
+    name: str, in_types: Sequence[str], out_types: Sequence[str], threads: int = BLOCK, checked: bool = False
+) -> str:
+    """``extern "C"`` kernel head: ``in0..`` const restrict pointers, then ``out0..``, then the error
+    slot ``err`` of a ``checked`` kernel."""
     params = [f"const {t}* __restrict__ in{i}" for i, t in enumerate(in_types)]
     params += [f"{t}* __restrict__ out{i}" for i, t in enumerate(out_types)]
+    params += ["i32* __restrict__ err"] if checked else []
     return f'extern "C" __global__ void __launch_bounds__({threads}) {name}({", ".join(params)})'
 
 

@@ -63,9 +63,9 @@ def _functor(op: Op, t: DType, r: int) -> tuple[str, str, str, str, str]:
         s = f"mx_arg<{c}>"
         f = f"mx_arg_f<{c}, {'true' if name == 'argmax' else 'false'}, {last}>"
         return s, f"{s}{{({c})0, -1}}", f"{s}{{mx_ld(x), (i64)r}}", f, "s.i"
-    if name in ("reduce_max", "reduce_min"):
-        init = extreme(t, high=name == "reduce_min")
-        return c, init, "mx_ld(x)", f"mx_{name[7:]}_f", f"mx_cvt<{out_c}>(s)"
+    if name in ("reduce_max", "reduce_min"):  # NaN is skipped as in the ref: floats start from NaN
+        init = c_literal(float("nan"), t) if is_float(t) and r else extreme(t, high=name == "reduce_min")
+        return c, init, "mx_ld(x)", f"mx_f{name[7:]}_f", f"mx_cvt<{out_c}>(s)"
     a = acc_type(t)
     init = f"(({a}){1 if name == 'reduce_prod' else 0})"
     fn = "mx_prod_f" if name == "reduce_prod" else "mx_sum_f"

@@ -11,6 +11,9 @@ The contract between the lowering (``targets/gpu/lowering.py``) and the generato
 * Half and bfloat16 values are loaded to float, computed in float and rounded back to the IR type at
   every op boundary, which is what the ref target does (it evaluates narrow floats in float32 and
   rounds each op's result).
+* A kernel with ``checks`` (an index out of range, an integer zero divisor: where the ref raises) takes
+  one more parameter, ``i32* err``, after the outputs: its error slot. A failing check stores its code
+  (1 + its position in ``checks``) there; the executable reads the slots back with the outputs.
 """
 
 from __future__ import annotations
@@ -23,6 +26,15 @@ from ....ir.operation import Op
 
 
 @dataclass(frozen=True)
+class Check:
+    """A condition a kernel verifies at run time; ``error`` names the exception the host raises
+    (``IndexError``, ``ZeroDivisionError``: what the ref target raises for the same input)."""
+
+    error: str
+    message: str
+
+
+@dataclass(frozen=True)
 class KernelSpec:
     name: str  # the extern "C" symbol
     source: str  # complete CUDA C++: includes nothing, starts with the prelude
@@ -31,6 +43,7 @@ class KernelSpec:
     shared_bytes: int = 0  # dynamic shared memory
     n_inputs: int = 1
     n_outputs: int = 1
+    checks: tuple[Check, ...] = ()  # non-empty: the kernel takes an error slot (see the module doc)
 
 
 @dataclass(frozen=True)
