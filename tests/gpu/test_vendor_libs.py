@@ -46,11 +46,15 @@ def test_a_copy_already_in_the_process_is_shared_not_loaded_twice(monkeypatch):
         "7f00-7f01 r-xp 00000000 08:01 1 /opt/ort/nvidia/cudnn/lib/libcudnn.so.9\n"
         "7f01-7f02 r--p 00001000 08:01 1 /opt/ort/nvidia/cudnn/lib/libcudnn.so.9\n"
         "7f02-7f03 r-xp 00000000 08:01 2 /usr/lib/libcudnn_graph.so.9\n"
+        "7f02-7f03 r-xp 00000000 08:01 2 /usr/lib/x86_64-linux-gnu/libcublasLt.so.13.1.0.3\n"
         "7f03-7f04 rw-p 00000000 00:00 0 \n"
         "7f04-7f05 r-xp 00000000 08:01 3 /lib/x86_64-linux-gnu/libc.so.6\n"
     )
     assert libs.already_loaded(libs.CUDNN_NAMES, maps) == ["/opt/ort/nvidia/cudnn/lib/libcudnn.so.9"]
-    assert libs.already_loaded(libs.CUBLASLT_NAMES, maps) == []
+    # The file of a soname is often its full version (the system's cuBLASLt here).
+    want = ["/usr/lib/x86_64-linux-gnu/libcublasLt.so.13.1.0.3"]
+    assert libs.already_loaded(libs.CUBLASLT_NAMES, maps) == want
+    assert libs.already_loaded(("libcudnn.so.9",), "1-2 r-xp 0 0:0 1 /x/libcudnn.so.90\n") == []
     monkeypatch.delenv(libs.CUDNN_ENV, raising=False)
     monkeypatch.setattr(libs, "already_loaded", lambda names, maps=None: ["/opt/ort/libcudnn.so.9"])
     assert libs.candidates(libs.CUDNN_ENV, libs.CUDNN_NAMES)[0] == "/opt/ort/libcudnn.so.9"

@@ -83,8 +83,11 @@ def already_loaded(names: tuple[str, ...], maps: str | None = None) -> list[str]
     for line in maps.splitlines():
         fields = line.split(None, 5)  # address perms offset dev inode [path]
         path = fields[5].strip() if len(fields) == 6 else ""
-        if path.startswith("/") and os.path.basename(path) in names and path not in found:
-            found.append(path)
+        base = os.path.basename(path)
+        # A soname's file is often its fully versioned name (libcudnn.so.9 -> libcudnn.so.9.14.0).
+        if path.startswith("/") and any(base == n or base.startswith(n + ".") for n in names):
+            if path not in found:
+                found.append(path)
     return found
 
 
