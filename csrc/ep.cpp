@@ -2,7 +2,9 @@
 
 #include <pybind11/stl.h>
 
+#include <climits>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "compute.h"
@@ -43,9 +45,69 @@ void add_groups(const MarshalledGraph& g, py::handle groups, OrtEpGraphSupportIn
   }
 }
 
+// One attribute of an EPContext node: Python int -> INT, str -> STRING (UTF-8), bytes -> STRING (binary:
+// ORT copies `len` bytes, so an embedded program may hold NULs).
+OpAttrPtr make_attr(const std::string& name, py::handle value) {
+  OrtOpAttr* raw = nullptr;
+  if (py::isinstance<py::bool_>(value) || py::isinstance<py::int_>(value)) {
+    const int64_t v = value.cast<int64_t>();
+    check(api().ort->CreateOpAttr(name.c_str(), &v, 1, ORT_OP_ATTR_INT, &raw));
+    return OpAttrPtr(raw);
+  }
+  std::string bytes;
+  if (py::isinstance<py::bytes>(value)) {
+    bytes = value.cast<std::string>();
+  } else if (py::isinstance<py::str>(value)) {
+    bytes = value.cast<std::string>();  // UTF-8
+  } else {
+    throw OrtError(ORT_INVALID_ARGUMENT, "EPContext attribute " + name + ": expected int, str or bytes, got " +
+                                             py::str(py::type::of(value)).cast<std::string>());
+  }
+  if (bytes.size() > static_cast<size_t>(INT_MAX)) {  // CreateOpAttr takes an int length
+    throw OrtError(ORT_INVALID_ARGUMENT, "EPContext attribute " + name + " holds " + std::to_string(bytes.size()) +
+                                             " bytes, more than ORT can store in one attribute (2 GiB): use "
+                                             "ep.context_embed_mode=0 (the program in a .mxr file)");
+  }
+  check(api().ort->CreateOpAttr(name.c_str(), bytes.data(), static_cast<int>(bytes.size()), ORT_OP_ATTR_STRING,
+                                &raw));
+  return OpAttrPtr(raw);
+}
+
+std::vector<std::string> strings(py::handle list) { return list.cast<std::vector<std::string>>(); }
+
+// bridge.ep_context's {"name", "inputs", "outputs", "attributes"} -> a com.microsoft EPContext OrtNode.
+NodePtr make_context_node(py::handle spec) {
+  if (api().editor == nullptr) {
+    throw OrtError(ORT_NOT_IMPLEMENTED, "this ONNX Runtime build has no model editor API (minimal build): "
+                                        "it cannot create EPContext nodes");
+  }
+  py::dict d = py::reinterpret_borrow<py::dict>(spec);
+  const std::string name = d["name"].cast<std::string>();
+  const std::vector<std::string> inputs = strings(d["inputs"]), outputs = strings(d["outputs"]);
+  std::vector<OpAttrPtr> owned;
+  std::vector<OrtOpAttr*> attrs;
+  for (auto item : py::reinterpret_borrow<py::dict>(d["attributes"])) {
+    owned.push_back(make_attr(item.first.cast<std::string>(), item.second));
+    attrs.push_back(owned.back().get());
+  }
+  std::vector<const char*> in, out;
+  for (const auto& n : inputs) in.push_back(n.c_str());
+  for (const auto& n : outputs) out.push_back(n.c_str());
+  OrtNode* node = nullptr;
+  check(api().editor->CreateNode("EPContext", "com.microsoft", name.c_str(), in.data(), in.size(), out.data(),
+                                 out.size(), attrs.data(), attrs.size(), &node));
+  // The header says the attributes are copied, but ORT (1.23-1.32) releases each one it took and nulls
+  // its slot: release only those it left, or they would be freed twice.
+  for (size_t i = 0; i < attrs.size(); ++i) {
+    if (attrs[i] == nullptr) owned[i].release();
+  }
+  return NodePtr(node);
+}
+
 }  // namespace
 
-Ep::Ep(py::object py_ep_, const OrtLogger& logger_) : OrtEp{}, py_ep(std::move(py_ep_)), logger(logger_) {
+Ep::Ep(py::object py_ep_, const OrtLogger& logger_, bool write_context_)
+    : OrtEp{}, py_ep(std::move(py_ep_)), logger(logger_), write_context(write_context_) {
   ort_version_supported = ORT_API_VERSION;
   GetName = GetNameImpl;
   GetCapability = GetCapabilityImpl;
@@ -80,24 +142,33 @@ OrtStatus* ORT_API_CALL Ep::GetCapabilityImpl(OrtEp* self, const OrtGraph* graph
 }
 
 OrtStatus* ORT_API_CALL Ep::CompileImpl(OrtEp* self, const OrtGraph** graphs, const OrtNode** fused_nodes,
-                                        size_t count, OrtNodeComputeInfo** infos, OrtNode**) noexcept {
+                                        size_t count, OrtNodeComputeInfo** infos,
+                                        OrtNode** ep_context_nodes) noexcept {
   auto* ep = static_cast<Ep*>(self);
   for (size_t i = 0; i < count; ++i) infos[i] = nullptr;
-  // ep_context_nodes stay untouched: EPContext model generation is not supported (yet).
+  if (!ep->write_context) ep_context_nodes = nullptr;
+  if (ep_context_nodes != nullptr) {
+    for (size_t i = 0; i < count; ++i) ep_context_nodes[i] = nullptr;
+  }
   return guarded("Compile", [&] {
     // All or nothing: if one graph fails, the ones already compiled are released right here (under the
     // GIL) instead of being handed to ORT half-done.
     std::vector<std::unique_ptr<ComputeInfo>> made;
+    std::vector<NodePtr> contexts;
     for (size_t i = 0; i < count; ++i) {
       const char* name = nullptr;
       check(api().ort->Node_GetName(fused_nodes[i], &name));
       std::string fused_name = name != nullptr ? name : "";
       MarshalledGraph g = marshal_graph(graphs[i], fused_nodes[i]);
       py::object compiled = bridge().attr("compile")(ep->py_ep, g.dict, fused_name);
-      made.push_back(std::make_unique<ComputeInfo>(std::move(compiled), fused_name,
+      made.push_back(std::make_unique<ComputeInfo>(compiled, fused_name,
                                                    value_names(fused_nodes[i], /*outputs=*/true)));
+      if (ep_context_nodes != nullptr) {
+        contexts.push_back(make_context_node(bridge().attr("ep_context")(ep->py_ep, compiled, fused_name)));
+      }
     }
     for (size_t i = 0; i < count; ++i) infos[i] = made[i].release();
+    for (size_t i = 0; i < contexts.size(); ++i) ep_context_nodes[i] = contexts[i].release();  // ORT owns them
   });
 }
 
@@ -105,11 +176,13 @@ void ORT_API_CALL Ep::ReleaseNodeComputeInfosImpl(OrtEp*, OrtNodeComputeInfo** i
   release_compute_infos(infos, count);
 }
 
-OrtStatus* create_ep(const std::map<std::string, std::string>& options, const OrtLogger& logger,
+OrtStatus* create_ep(const std::map<std::string, std::string>& options,
+                     const std::map<std::string, std::string>& session, const OrtLogger& logger,
                      OrtEp** out) noexcept {
   return guarded("CreateEp", [&] {
-    py::object py_ep = bridge().attr("create_ep")(options);  // std::map -> dict (pybind11/stl.h)
-    *out = new Ep(std::move(py_ep), logger);
+    py::object py_ep = bridge().attr("create_ep")(options, session);  // std::map -> dict (pybind11/stl.h)
+    auto enable = session.find("ep.context_enable");
+    *out = new Ep(std::move(py_ep), logger, enable != session.end() && enable->second == "1");
   });
 }
 

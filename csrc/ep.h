@@ -11,7 +11,7 @@
 namespace mgx {
 
 struct Ep : OrtEp {
-  Ep(pybind11::object py_ep, const OrtLogger& logger);
+  Ep(pybind11::object py_ep, const OrtLogger& logger, bool write_context);
   // Calls bridge.release_ep(py_ep). The GIL must be held unless py_ep was already dropped.
   ~Ep();
   Ep(const Ep&) = delete;
@@ -19,6 +19,9 @@ struct Ep : OrtEp {
 
   pybind11::object py_ep;
   const OrtLogger& logger;
+  // The session writes an EPContext model (ep.context_enable=1, as ModelCompiler sets). ORT hands
+  // Compile an ep_context_nodes array either way, to be ignored otherwise.
+  const bool write_context;
 
   static const char* ORT_API_CALL GetNameImpl(const OrtEp* self) noexcept;
   static OrtStatus* ORT_API_CALL GetCapabilityImpl(OrtEp* self, const OrtGraph* graph,
@@ -30,8 +33,10 @@ struct Ep : OrtEp {
                                                        size_t count) noexcept;
 };
 
-// Factory side: build an Ep from the session's EP options (bridge.create_ep) / destroy it.
-OrtStatus* create_ep(const std::map<std::string, std::string>& options, const OrtLogger& logger,
+// Factory side: build an Ep from the session's EP options and its "ep.context_*" entries
+// (bridge.create_ep) / destroy it.
+OrtStatus* create_ep(const std::map<std::string, std::string>& options,
+                     const std::map<std::string, std::string>& session, const OrtLogger& logger,
                      OrtEp** out) noexcept;
 void destroy_ep(OrtEp* ep) noexcept;
 

@@ -9,9 +9,12 @@
 namespace mgx {
 namespace {
 
-// Every session config entry "ep.migraphxexecutionprovider.<key>" -> {<key>: value}. ORT puts the
+// Every session config entry "ep.migraphxexecutionprovider.<key>" -> options {<key>: value}. ORT puts the
 // options given to add_provider_for_devices (and the EpDevice's ep_options) there, keys verbatim.
-std::map<std::string, std::string> read_ep_options(const OrtSessionOptions* session_options) {
+// The session-wide EPContext entries ("ep.context_enable", "ep.context_file_path", ...) go to `session`,
+// keys whole: ModelCompiler sets them, and Compile needs them to write EPContext nodes.
+std::map<std::string, std::string> read_ep_options(const OrtSessionOptions* session_options,
+                                                   std::map<std::string, std::string>& session) {
   std::map<std::string, std::string> options;
   if (session_options == nullptr) return options;
   OrtKeyValuePairs* raw = nullptr;
@@ -23,9 +26,14 @@ std::map<std::string, std::string> read_ep_options(const OrtSessionOptions* sess
   size_t n = 0;
   api().ort->GetKeyValuePairs(entries.get(), &keys, &values, &n);
   const size_t prefix_len = std::strlen(kOptionPrefix);
+  const size_t context_len = std::strlen(kContextPrefix);
   for (size_t i = 0; i < n; ++i) {
-    if (keys[i] != nullptr && std::strncmp(keys[i], kOptionPrefix, prefix_len) == 0) {
-      options[keys[i] + prefix_len] = values[i] != nullptr ? values[i] : "";
+    if (keys[i] == nullptr) continue;
+    const char* value = values[i] != nullptr ? values[i] : "";
+    if (std::strncmp(keys[i], kOptionPrefix, prefix_len) == 0) {
+      options[keys[i] + prefix_len] = value;
+    } else if (std::strncmp(keys[i], kContextPrefix, context_len) == 0) {
+      session[keys[i]] = value;
     }
   }
   return options;
@@ -83,13 +91,13 @@ OrtStatus* ORT_API_CALL Factory::CreateEpImpl(OrtEpFactory*, const OrtHardwareDe
                                               const OrtSessionOptions* session_options, const OrtLogger* logger,
                                               OrtEp** ep) noexcept {
   *ep = nullptr;
-  std::map<std::string, std::string> options;
+  std::map<std::string, std::string> options, session;
   try {
-    options = read_ep_options(session_options);  // session_options is only valid during this call
+    options = read_ep_options(session_options, session);  // session_options is only valid during this call
   } catch (...) {
     return status_from_exception("CreateEp");
   }
-  return create_ep(options, *logger, ep);
+  return create_ep(options, session, *logger, ep);
 }
 
 void ORT_API_CALL Factory::ReleaseEpImpl(OrtEpFactory*, OrtEp* ep) noexcept { destroy_ep(ep); }
@@ -98,7 +106,9 @@ OrtStatus* ORT_API_CALL Factory::ValidateCompiledModelCompatibilityInfoImpl(OrtE
                                                                             const OrtHardwareDevice* const*, size_t,
                                                                             const char*,
                                                                             OrtCompiledModelCompatibility* result) noexcept {
-  *result = OrtCompiledModelCompatibility_EP_NOT_APPLICABLE;  // we produce no EPContext models
+  // Our EPContext nodes carry their own target/version/options record, checked when they are compiled
+  // (ep/epcontext.py: a mismatch is an error naming it); no separate compatibility string is written.
+  *result = OrtCompiledModelCompatibility_EP_NOT_APPLICABLE;
   return nullptr;
 }
 

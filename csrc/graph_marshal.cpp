@@ -17,6 +17,26 @@ const OrtApi& ort() { return *api().ort; }
 
 py::module_ bridge_module() { return py::module_::import("migraphx_ep.ep.bridge"); }
 
+// Whether ReadOpAttr(STRING) writes a '\0' after the string and counts it: some ORT releases do, others
+// do not. Asked once of the runtime itself (a one-byte attribute), since a binary value such as an
+// EPContext node's program may end in a NUL of its own that must not be cut.
+bool string_attr_has_terminator() {
+  static const bool has = [] {
+    OrtOpAttr* raw = nullptr;
+    check(ort().CreateOpAttr("probe", "x", 1, ORT_OP_ATTR_STRING, &raw));
+    OpAttrPtr attr(raw);
+    size_t size = 0;
+    ignore(ort().ReadOpAttr(attr.get(), ORT_OP_ATTR_STRING, nullptr, 0, &size));
+    return size == 2;
+  }();
+  return has;
+}
+
+// The length of a STRING attribute read into `b` (without ORT's terminator, where it adds one).
+size_t string_length(const std::vector<char>& b) {
+  return b.size() - (string_attr_has_terminator() && !b.empty() && b.back() == '\0' ? 1 : 0);
+}
+
 // Lossless for any bytes: ONNX string attributes are bytes, Python wants str.
 py::str to_str(const char* data, size_t size) {
   PyObject* s = PyUnicode_DecodeUTF8(data, static_cast<Py_ssize_t>(size), "surrogateescape");
@@ -96,6 +116,10 @@ class Marshaller {
     const OrtNode* parent = nullptr;
     check(ort().Graph_GetParentNode(graph, &parent));
     g["is_subgraph"] = parent != nullptr;
+    // EPContext nodes name their .mxr relative to the model's directory ("" when loaded from bytes).
+    const ORTCHAR_T* model_path = nullptr;
+    ignore(ort().Graph_GetModelPath(graph, &model_path));
+    g["model_path"] = py::str(model_path != nullptr ? model_path : "");
 
     size_t n = 0;
     check(ort().Graph_GetNumInitializers(graph, &n));
@@ -255,7 +279,9 @@ class Marshaller {
       const char* name = nullptr;
       check(ort().OpAttr_GetName(a, &name));
       try {
-        d[py::str(name ? name : "")] = attribute(a);
+        // An EPContext node's embedded program is binary: bytes, not a (surrogate-escaped) str.
+        const bool binary = name != nullptr && std::strcmp(name, "ep_cache_context") == 0;
+        d[py::str(name ? name : "")] = binary ? string_bytes(a) : attribute(a);
       } catch (const OrtError& e) {  // unreadable: let Python refuse the node with a reason
         d[py::str(name ? name : "")] = bridge_.attr("unsupported_attr")(std::string("unreadable: ") + e.what());
       }
@@ -271,6 +297,14 @@ class Marshaller {
     if (size) check(ort().ReadOpAttr(a, type, buf.data(), size, &size));
     buf.resize(size);
     return buf;
+  }
+
+  py::object string_bytes(const OrtOpAttr* a) {
+    OrtOpAttrType type = ORT_OP_ATTR_UNDEFINED;
+    check(ort().OpAttr_GetType(a, &type));
+    if (type != ORT_OP_ATTR_STRING) return attribute(a);
+    std::vector<char> b = read_bytes(a, type);
+    return py::bytes(b.data(), string_length(b));
   }
 
   template <class T>
@@ -306,9 +340,7 @@ class Marshaller {
         return read_array<float>(a, type);
       case ORT_OP_ATTR_STRING: {
         std::vector<char> b = read_bytes(a, type);
-        size_t len = b.size();
-        if (len && b[len - 1] == '\0') --len;  // ORT appends a terminator
-        return to_str(b.data(), len);
+        return to_str(b.data(), string_length(b));
       }
       case ORT_OP_ATTR_STRINGS: {  // each string followed by '\0'
         std::vector<char> b = read_bytes(a, type);

@@ -31,6 +31,7 @@ void init_api(const OrtApiBase* base) {
   }
   g_api.ort = ort;
   g_api.ep = ort->GetEpApi();
+  g_api.editor = ort->GetModelEditorApi();
 #if ORT_API_VERSION >= 24
   g_api.has_shape = ort->TensorTypeAndShape_HasShape;
 #else

@@ -19,12 +19,16 @@ inline constexpr const char* kEpName = "MIGraphXExecutionProvider";
 inline constexpr const char* kVendor = "migraphx-ep";
 // Session config prefix under which ORT stores the EP options: "ep." + lowercase(EP name) + ".".
 inline constexpr const char* kOptionPrefix = "ep.migraphxexecutionprovider.";
+// Session config keys of EPContext model generation (onnxruntime_session_options_config_keys.h).
+inline constexpr const char* kContextPrefix = "ep.context_";
 
 using HasShapeFn = bool(ORT_API_CALL*)(const OrtTensorTypeAndShapeInfo*);
 
 struct Api {
   const OrtApi* ort = nullptr;
   const OrtEpApi* ep = nullptr;
+  // Builds EPContext nodes; null in ORT's minimal builds (then EPContext models cannot be written).
+  const OrtModelEditorApi* editor = nullptr;
   // OrtApi::TensorTypeAndShape_HasShape (ORT API 24+); null when the runtime can't tell "rank unknown"
   // from "scalar" (then unknown ranks are reported as scalars).
   HasShapeFn has_shape = nullptr;
@@ -87,6 +91,9 @@ struct TensorInfoDeleter {
 struct KeyValuePairsDeleter {
   void operator()(OrtKeyValuePairs* v) const noexcept { api().ort->ReleaseKeyValuePairs(v); }
 };
+struct OpAttrDeleter {
+  void operator()(OrtOpAttr* v) const noexcept { api().ort->ReleaseOpAttr(v); }
+};
 struct ExternalInfoDeleter {
   void operator()(OrtExternalInitializerInfo* v) const noexcept { api().ort->ReleaseExternalInitializerInfo(v); }
 };
@@ -94,5 +101,10 @@ using ValuePtr = std::unique_ptr<OrtValue, ValueDeleter>;
 using TensorInfoPtr = std::unique_ptr<OrtTensorTypeAndShapeInfo, TensorInfoDeleter>;
 using KeyValuePairsPtr = std::unique_ptr<OrtKeyValuePairs, KeyValuePairsDeleter>;
 using ExternalInfoPtr = std::unique_ptr<OrtExternalInitializerInfo, ExternalInfoDeleter>;
+using OpAttrPtr = std::unique_ptr<OrtOpAttr, OpAttrDeleter>;
+struct NodeDeleter {
+  void operator()(OrtNode* v) const noexcept { api().ort->ReleaseNode(v); }
+};
+using NodePtr = std::unique_ptr<OrtNode, NodeDeleter>;  // until handed to ORT (which then owns it)
 
 }  // namespace mgx

@@ -6,7 +6,7 @@ and must run before ``compile``.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -156,10 +156,16 @@ def calibrate(
     return maxes
 
 
-def _fake_quant(m: Module, before: Instruction, x: Instruction, scale: float) -> Instruction:
-    """dequantizelinear(quantizelinear(x)) with a per-tensor symmetric int8 scale."""
+# Largest magnitude of each quantised type: a tensor's abs-max maps onto it (symmetric, zero point 0).
+QMAX = {DType.int8_type: 127.0, DType.fp8e4m3fn_type: 448.0, DType.fp8e4m3fnuz_type: 240.0}
+QUANT_OPS = ("dot", "convolution")
+SiteRanges = Callable[[list[Instruction]], list[float]]
+
+
+def _fake_quant(m: Module, before: Instruction, x: Instruction, scale: float, qtype: DType) -> Instruction:
+    """dequantizelinear(quantizelinear(x)) with a per-tensor symmetric scale into ``qtype``."""
     s = m.add_literal(np.asarray(scale, dtype=x.shape.dtype))
-    z = m.add_literal(np.asarray(0, dtype=np.int8))
+    z = m.add_literal(np.zeros((), dtype=to_numpy(qtype)))
     if x.shape.lens:
         s = m.insert_instruction(before, make_op("multibroadcast", out_lens=x.shape.lens), [s])
         z = m.insert_instruction(before, make_op("multibroadcast", out_lens=x.shape.lens), [z])
@@ -167,29 +173,57 @@ def _fake_quant(m: Module, before: Instruction, x: Instruction, scale: float) ->
     return m.insert_instruction(before, make_op("dequantizelinear"), [q, s, z])
 
 
+def quantize_static(
+    prog: Program, qtype: DType, ranges: SiteRanges, ins_names: Sequence[str] = QUANT_OPS
+) -> int:
+    """Quantise the float inputs of ``ins_names`` instructions to ``qtype`` (int8 or fp8 E4M3) with one
+    symmetric scale per tensor, ``abs-max / QMAX``; ``ranges`` gives the abs-max of each site (from
+    calibration runs or a calibration table). Inserts quantizelinear/dequantizelinear pairs, which
+    :mod:`passes.simplify_qdq` turns into ``quant_dot``/``quant_convolution``. Returns the site count."""
+    _require_uncompiled(prog, f"quantize to {qtype.name}")
+    if qtype not in QMAX:
+        raise QuantizeError(f"cannot quantise to {qtype.name}; valid: {', '.join(t.name for t in QMAX)}")
+    missing = [n for n in ("quantizelinear", "dequantizelinear") if n not in OPS]
+    if missing:
+        raise QuantizeError(f"quantisation needs the {' and '.join(missing)} op(s), not in this build")
+    main = prog.get_main_module()
+    sites = _sites(main, set(ins_names))
+    if not sites:
+        return 0
+    maxes = ranges(sites)
+    for site, mx in zip(sites, maxes, strict=True):
+        if not np.isfinite(mx) or mx < 0:
+            raise QuantizeError(f"range {mx} of a {site.name} result is not a finite abs-max")
+        scale = mx / QMAX[qtype] if mx > 0 else 1.0  # all-zero: any scale represents it exactly
+        users = [u for u in dict.fromkeys(site.outputs) if u.name in ins_names]
+        first = min(users, key=main.instructions.index)
+        fq = _fake_quant(main, first, site, scale, qtype)
+        for u in users:
+            main.replace_instruction(u, u.op, [fq if a is site else a for a in u.inputs])
+    return len(sites)
+
+
 def quantize_int8(
     prog: Program,
     t: Any = None,
     calibration: Iterable[Mapping[str, Any]] = (),
-    ins_names: Sequence[str] = ("dot", "convolution"),
+    ins_names: Sequence[str] = QUANT_OPS,
 ) -> None:
     """Quantise the float inputs of ``ins_names`` instructions to int8 with scales from calibration."""
     _require_uncompiled(prog, "quantize_int8")
-    missing = [n for n in ("quantizelinear", "dequantizelinear") if n not in OPS]
-    if missing:
-        raise QuantizeError(f"quantize_int8 needs the {' and '.join(missing)} op(s), not in this build")
-    main = prog.get_main_module()
-    sites = _sites(main, set(ins_names))
-    if not sites:
-        return
-    maxes = calibrate(prog, sites, t, calibration)
-    for site, mx in zip(sites, maxes, strict=True):
-        scale = mx / 127.0 if mx > 0 else 1.0  # all-zero calibration: any scale represents it exactly
-        users = [u for u in dict.fromkeys(site.outputs) if u.name in ins_names]
-        first = min(users, key=main.instructions.index)
-        fq = _fake_quant(main, first, site, scale)
-        for u in users:
-            main.replace_instruction(u, u.op, [fq if a is site else a for a in u.inputs])
+    quantize_static(prog, DType.int8_type, lambda sites: calibrate(prog, sites, t, calibration), ins_names)
+
+
+def quantize_fp8(
+    prog: Program,
+    t: Any = None,
+    calibration: Iterable[Mapping[str, Any]] = (),
+    ins_names: Sequence[str] = QUANT_OPS,
+) -> None:
+    """As :func:`quantize_int8`, into fp8 E4M3 (OCP ``fp8e4m3fn``, largest value 448)."""
+    _require_uncompiled(prog, "quantize_fp8")
+    fp8 = DType.fp8e4m3fn_type
+    quantize_static(prog, fp8, lambda sites: calibrate(prog, sites, t, calibration), ins_names)
 
 
 # -- fp8 autocast --------------------------------------------------------------------------------------
@@ -216,4 +250,13 @@ def autocast_fp8(prog: Program) -> None:
         m.add_return(outs)
 
 
-__all__ = ["QuantizeError", "autocast_fp8", "calibrate", "quantize_fp16", "quantize_int8"]
+__all__ = [
+    "QMAX",
+    "QuantizeError",
+    "autocast_fp8",
+    "calibrate",
+    "quantize_fp16",
+    "quantize_fp8",
+    "quantize_int8",
+    "quantize_static",
+]

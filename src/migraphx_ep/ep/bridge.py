@@ -8,17 +8,23 @@ Backend protocol (default backend: the module ``migraphx_ep.ep.provider``; tests
     ep.compile(graph: dict, fused_node_name: str) -> compiled
     compiled.run(inputs: list[np.ndarray]) -> list[np.ndarray]
     compiled.release(), ep.release()                        # optional
+    ep.set_session_config(session: dict[str, str])          # optional: the "ep.context_*" entries
+    ep.ep_context(compiled, fused_node_name) -> dict        # optional: writing EPContext models
 
 Calls from ORT, all with the GIL held (the shell takes it; ``session.run`` itself releases it):
 
-- ``create_ep(options)``: OrtEpFactory::CreateEp. ``options`` = every session config entry
-  ``ep.migraphxexecutionprovider.<key>``, prefix stripped, keys as the user wrote them.
+- ``create_ep(options, session)``: OrtEpFactory::CreateEp. ``options`` = every session config entry
+  ``ep.migraphxexecutionprovider.<key>``, prefix stripped, keys as the user wrote them; ``session`` = the
+  session's ``ep.context_*`` entries, keys whole (set by ModelCompiler), handed to ``set_session_config``.
 - ``get_capability(ep, graph)``: OrtEp::GetCapability, once per (sub)graph. Each group becomes one fused
   node and must be *convex* (no unclaimed node on a path between two claimed ones) or ORT drops them all.
   Exceptions here are only logged by ORT (the graph then runs without this EP).
 - ``compile(ep, graph, fused_node_name)``: OrtEp::Compile, once per fused node. ``graph["inputs"]`` /
   ``graph["outputs"]`` are in the order of the fused node's inputs/outputs at run time (constant
   initializers consumed by the group are fused-node inputs too, and also appear in "initializers").
+- ``ep_context(ep, compiled, fused_node_name)``: OrtEp::Compile when ORT writes an EPContext model, once
+  per fused node after ``compile``: ``{"name", "inputs", "outputs", "attributes": {name: int | str |
+  bytes}}`` of the ``com.microsoft`` EPContext node that replaces it in that model.
 - ``run(compiled, inputs)``: OrtNodeComputeInfo::Compute, possibly from several threads at once.
   Inputs are read-only zero-copy views of ORT's tensors, valid only during the call: copy what you keep.
   Return one array per output (numpy scalars / 0-d and 0-size arrays are fine); dtypes must match.
@@ -39,9 +45,11 @@ Graph dict (the same for GetCapability's whole graph and Compile's fused subgrap
      "initializers": {name: ndarray},              # constant initializers
      "overridable_initializers": {name: ndarray},  # defaults of graph inputs (IR >= 4)
      "opsets": {domain: version},
+     "model_path": str,                             # the model file ("" when loaded from bytes)
      "is_subgraph": bool}                           # a control-flow body offered on its own
 
 Attribute values: int, float, str, list[int], list[float], list[str], ndarray (TENSOR, an owned copy),
+bytes (``ep_cache_context`` only: an EPContext node's program is binary),
 "<graph>" (body under node["subgraphs"]), or :class:`Unsupported` (refuse the node, say why).
 
 Initializer arrays are read-only and never copies of large weights:
@@ -116,8 +124,11 @@ def get_backend() -> Any:
 
 
 # --- entry points called by the C++ shell ---------------------------------------------------------
-def create_ep(options: dict[str, str]) -> Any:
-    return get_backend().create_ep(dict(options))
+def create_ep(options: dict[str, str], session: dict[str, str] | None = None) -> Any:
+    ep = get_backend().create_ep(dict(options))
+    if session:
+        _call_optional(ep, "set_session_config", dict(session))
+    return ep
 
 
 def get_capability(ep: Any, graph: dict) -> list[list[int]]:
@@ -126,6 +137,13 @@ def get_capability(ep: Any, graph: dict) -> list[list[int]]:
 
 def compile(ep: Any, graph: dict, fused_node_name: str) -> Any:
     return ep.compile(graph, fused_node_name)
+
+
+def ep_context(ep: Any, compiled: Any, fused_node_name: str) -> dict:
+    fn = getattr(ep, "ep_context", None)
+    if not callable(fn):
+        raise NotImplementedError(f"the EP backend {type(ep).__name__} cannot write EPContext nodes")
+    return fn(compiled, fused_node_name)
 
 
 def run(compiled: Any, inputs: list[np.ndarray]) -> list[np.ndarray]:
@@ -140,10 +158,10 @@ def release_ep(ep: Any) -> None:
     _call_optional(ep, "release")
 
 
-def _call_optional(obj: Any, method: str) -> None:
+def _call_optional(obj: Any, method: str, *args: Any) -> None:
     fn = getattr(obj, method, None)
     if callable(fn):
-        fn()
+        fn(*args)
 
 
 # --- dtype mapping (TensorProto elem type <-> numpy) ----------------------------------------------

@@ -9,12 +9,13 @@ from __future__ import annotations
 import logging
 import threading
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 import numpy as np
 
 from ..frontend.parser import ParseNeedsValue, parse_graph, probe_dims
 from ..ir.dtypes import DType, from_onnx, to_numpy
+from ..ir.instruction import Instruction
 from ..ir.program import Program
 from ..ir.shape import Shape
 from .cache import ProgramStore, graph_fingerprint, program_key
@@ -23,6 +24,9 @@ from .options import EpOptions
 log = logging.getLogger("migraphx_ep")
 
 ShapeKey = tuple[tuple[int, ...], ...]
+# compile_program(prog, options, tensors): tensors maps ONNX value names to the parsed program's
+# instructions (calibration tables name tensors so).
+CompileProgram = Callable[[Program, EpOptions, Mapping[str, Instruction]], None]
 
 
 class InputError(ValueError):
@@ -41,9 +45,10 @@ class CompiledSubgraph:
         graph: dict,
         name: str,
         options: EpOptions,
-        compile_program: Callable[[Program, EpOptions], None],
+        compile_program: CompileProgram,
         store: ProgramStore | None = None,
         target: str = "ref",
+        programs: Mapping[ShapeKey, Program] | None = None,
     ) -> None:
         self.name = name
         self.options = options
@@ -58,15 +63,23 @@ class CompiledSubgraph:
         self.output_names: list[str] = list(graph["outputs"])
         self.input_types: list[DType] = [from_onnx(values[n]["dtype"]) for n in self.input_names]
         self.input_dims: list[list | None] = [values[n].get("shape") for n in self.input_names]
+        self.programs: OrderedDict[ShapeKey, Program] = OrderedDict()
+        self.compiles = 0  # how many programs were built (tests and stats read this)
+        self._lock = threading.Lock()
+        self._warned_values = False
+        # An EPContext node (ep/epcontext.py): its programs were compiled earlier and loaded; the graph
+        # holds nothing to parse, so a shape without a program is an error rather than a compile.
+        self.frozen = programs is not None
+        if programs is not None:
+            self.value_inputs: list[int] = []
+            self.programs.update(programs)
+            self.loads = len(programs)
+            return
         # Inputs whose *values* some node needs at compile time (axes, shapes, pads...): their values
         # join the compile key, so each distinct value compiles once (value specialisation).
         probe = parse_graph(self.graph, resolve_dim=probe_dims(), tolerant=True, specialize=True)
         wanted = {n for names in probe.needs_values.values() for n in names}
-        self.value_inputs: list[int] = [i for i, n in enumerate(self.input_names) if n in wanted]
-        self._warned_values = False
-        self.programs: OrderedDict[ShapeKey, Program] = OrderedDict()
-        self.compiles = 0  # how many programs were built (tests and stats read this)
-        self._lock = threading.Lock()
+        self.value_inputs = [i for i, n in enumerate(self.input_names) if n in wanted]
         if self.value_inputs:
             pass  # nothing can compile before the values are seen at the first Run
         elif all(d is not None and all(isinstance(x, int) and x >= 0 for x in d) for d in self.input_dims):
@@ -77,6 +90,12 @@ class CompiledSubgraph:
     # -- compiling --------------------------------------------------------------------------------
     def _build(self, key: ShapeKey, values: dict[str, np.ndarray] | None = None) -> Program:
         dims = key[: len(self.input_names)]
+        if self.frozen:
+            raise InputError(
+                f"{self.name}: this EPContext node holds programs for input dims "
+                f"{' or '.join(str([list(d) for d in k]) for k in self.programs)}, not "
+                f"{[list(d) for d in dims]}; compile the original model for these dims, or run it instead"
+            )
         shapes = {n: Shape(t, d) for n, t, d in zip(self.input_names, self.input_types, dims, strict=True)}
         pkey = None
         if self.store is not None and self.store.enabled:
@@ -87,8 +106,9 @@ class CompiledSubgraph:
             if loaded is not None:
                 self.loads += 1
                 return loaded
-        prog = parse_graph(self.graph, shapes, specialize=True, input_values=values).program
-        self._compile_program(prog, self.options)
+        parsed = parse_graph(self.graph, shapes, specialize=True, input_values=values)
+        prog = parsed.program
+        self._compile_program(prog, self.options, parsed.values)
         self.compiles += 1
         if pkey is not None:
             self.store.store(pkey, prog, self.name)  # type: ignore[union-attr]

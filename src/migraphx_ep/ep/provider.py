@@ -5,13 +5,19 @@ from __future__ import annotations
 import collections
 import logging
 import sys
+from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any
 
+from ..ir.dtypes import DType
+from ..ir.instruction import Instruction
 from ..ir.program import Program
 from ..quantize import quantize_bf16, quantize_fp16
 from ..targets import TargetError, get_target
 from .cache import ProgramStore
+from .calibration import load_table, quantize_with_table
 from .compiled import CompiledSubgraph
+from .epcontext import context_node, is_context_node, is_our_context, load_context
 from .options import EpOptions, parse_options
 from .partition import Partition, partition
 from .subgraphs import expand_fused, is_ours, with_outer_scope_inputs
@@ -50,6 +56,10 @@ class MIGraphXEp:
     def __init__(self, options: dict[str, str]) -> None:
         self.options = parse_options(options)
         self.target_name = resolve_target(self.options)
+        # int8/fp8: read (and check) the calibration table once; its bytes' hash joins every cache key.
+        self.calibration = load_table(self.options)
+        if self.calibration is not None:
+            self.options = replace(self.options, calibration_digest=self.calibration.digest)
         self.compiled: list[CompiledSubgraph] = []
         self.store = ProgramStore(self.options)
         self.last_partition: dict[str, Any] = {}
@@ -57,6 +67,10 @@ class MIGraphXEp:
         # are expanded back (see ep/subgraphs.py) so the control-flow node can be claimed whole.
         self.fused_graphs: dict[str, dict] = {}
         self._refusals = RefusalSummary()
+        self.session: dict[str, str] = {}  # "ep.context_*" session entries (EPContext model writing)
+
+    def set_session_config(self, session: dict[str, str]) -> None:
+        self.session = dict(session)
 
     # -- GetCapability --------------------------------------------------------------------------
     def get_capability(self, graph: dict) -> list[list[int]]:
@@ -66,7 +80,15 @@ class MIGraphXEp:
 
             check = instruction_supported
         graph, refuse = with_outer_scope_inputs(expand_fused(graph, self.fused_graphs))
-        part = partition(graph, check, refuse)
+        # EPContext nodes: ours are claimed alone (Compile checks and loads them); others' are not ours.
+        contexts = [n["index"] for n in graph["nodes"] if is_our_context(n)]
+        for n in graph["nodes"]:
+            if is_context_node(n) and n["index"] not in contexts:
+                refuse[n["index"]] = f"EPContext node of {n['attributes'].get('source', 'an unnamed EP')!r}"
+        part = partition(graph, check, {**refuse, **{i: "EPContext" for i in contexts}})
+        for i in contexts:
+            part.refused.pop(i, None)
+            part.groups.append([i])
         self.last_partition = {"groups": part.groups, "refused": part.refused}
         if self.options.dump_model_ops:
             self._dump(graph, part.groups, part.refused)
@@ -89,7 +111,13 @@ class MIGraphXEp:
         sys.stdout.flush()
 
     # -- Compile --------------------------------------------------------------------------------
-    def compile_program(self, prog: Program, options: EpOptions) -> None:
+    def compile_program(
+        self, prog: Program, options: EpOptions, tensors: Mapping[str, Instruction] | None = None
+    ) -> None:
+        if self.calibration is not None:
+            # Before fp16/bf16, as the real EP: the scales belong to the model's float tensors.
+            qtype = DType.int8_type if options.int8_enable else DType.fp8e4m3fn_type
+            quantize_with_table(prog, tensors or {}, self.calibration, qtype, EP_NAME)
         if options.fp16_enable:
             quantize_fp16(prog)
         elif options.bf16_enable:
@@ -113,6 +141,10 @@ class MIGraphXEp:
         return get_target(self.target_name)
 
     def compile(self, graph: dict, fused_node_name: str) -> CompiledSubgraph:
+        if len(graph["nodes"]) == 1 and is_our_context(graph["nodes"][0]):
+            c = load_context(graph, fused_node_name, self.options, self.target_name)
+            self.compiled.append(c)
+            return c
         graph = expand_fused(graph, self.fused_graphs)
         self.fused_graphs[fused_node_name] = graph
         c = CompiledSubgraph(
@@ -120,6 +152,10 @@ class MIGraphXEp:
         )
         self.compiled.append(c)
         return c
+
+    def ep_context(self, compiled: CompiledSubgraph, fused_node_name: str) -> dict:
+        """The EPContext node replacing ``compiled`` in the model ORT is writing (ModelCompiler)."""
+        return context_node(compiled, fused_node_name, self.options, self.target_name, self.session)
 
 
 class RefusalSummary:

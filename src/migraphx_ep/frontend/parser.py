@@ -42,6 +42,8 @@ class ParseResult:
     refused: dict[int, str] = field(default_factory=dict)  # node index -> reason (tolerant mode)
     outputs: dict[str, Instruction] = field(default_factory=dict)
     needs_values: dict[int, list[str]] = field(default_factory=dict)  # node index -> inputs to specialise
+    # ONNX value name -> its instruction in the main module (calibration tables name tensors so)
+    values: dict[str, Instruction] = field(default_factory=dict)
 
 
 def topo_order(nodes: list[dict], known: Iterable[str]) -> list[dict]:
@@ -112,6 +114,7 @@ class GraphParser:
         self.refused: dict[int, str] = {}
         self.deferred: dict[str, list[str]] = {}  # value of unknown rank -> the inputs it waits on
         self._sub_count = 0
+        self.values: dict[str, Instruction] = {}  # of the last graph parsed (the main one finishes last)
 
     def parse(
         self,
@@ -212,6 +215,7 @@ class GraphParser:
             except Unsupported:
                 if not self.tolerant:
                     raise ParseError(f"graph output {n!r} is not computed by any node") from None
+        self.values = values
         return outs
 
     def _parse_node(self, desc: NodeDesc, module: Module, get: Callable, infos: dict) -> list[Instruction]:
@@ -493,7 +497,7 @@ def parse_graph(
     outs = gp.parse(graph, main)
     ret = [outs[n] for n in graph["outputs"] if outs.get(n) is not None]
     main.add_return(ret)
-    return ParseResult(prog, gp.refused, outs, gp.needs_values)
+    return ParseResult(prog, gp.refused, outs, gp.needs_values, gp.values)
 
 
 __all__ = [

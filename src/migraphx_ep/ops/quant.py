@@ -1,4 +1,5 @@
-"""Linear quantisation: quantizelinear, dequantizelinear, dynamicquantizelinear.
+"""Linear quantisation: quantizelinear, dequantizelinear, dynamicquantizelinear, quant_dot and
+quant_convolution (MIGraphX's int8/fp8 GEMM and convolution: quantised inputs, wide accumulation).
 
 Scales and zero points arrive already broadcast to the data's dims (the parser expands per-axis and
 blocked forms), so each op is a plain elementwise formula. Arithmetic is float32 for every float type
@@ -16,6 +17,7 @@ import numpy as np
 from ..ir.dtypes import FLOAT_TYPES, INT_TYPES, DType
 from ..ir.operation import Op, register_op
 from ..ir.shape import Shape, ShapeError, check_shapes
+from .nn import Convolution, conv_forward, conv_output_lens
 
 QUANT_INT = frozenset({DType.int8_type, DType.uint8_type, DType.int16_type, DType.uint16_type})
 FP8 = frozenset({DType.fp8e4m3fn_type, DType.fp8e4m3fnuz_type, DType.fp8e5m2_type, DType.fp8e5m2fnuz_type})
@@ -132,4 +134,51 @@ class Dynamicquantizelinear(Op):
         return [np.nan_to_num(y).astype(np.uint8), np.asarray(scale, np.float32), np.asarray(zp, np.uint8)]
 
 
-__all__ = ["FP8", "INT_TYPES", "QUANT_INT", "SCALE_TYPES", "saturate_cast"]
+# int8 products accumulate exactly in int32 (MIGraphX ``quant_dot``); fp8 ones in float32.
+QUANT_GEMM_TYPES = frozenset({DType.int8_type, DType.fp8e4m3fn_type, DType.fp8e4m3fnuz_type})
+
+
+def quant_acc_type(t: DType) -> DType:
+    return DType.int32_type if t == DType.int8_type else DType.float_type
+
+
+@register_op
+@dataclasses.dataclass(frozen=True)
+class QuantDot(Op):
+    """Batched matrix product of int8 (-> int32) or fp8 E4M3 (-> float32) operands of one type."""
+
+    name: ClassVar[str] = "quant_dot"
+
+    def compute_shape(self, inputs: list[Shape]) -> Shape:
+        check_shapes(self.name, inputs).has(2).same_type().same_ndims().min_ndims(2).types(QUANT_GEMM_TYPES)
+        a, b = inputs
+        if a.lens[:-2] != b.lens[:-2] or a.lens[-1] != b.lens[-2]:
+            raise ShapeError(f"quant_dot: {list(a.lens)} x {list(b.lens)} do not multiply")
+        return Shape(quant_acc_type(a.type), (*a.lens[:-1], b.lens[-1]))
+
+    def compute(self, out: Shape, args: list[np.ndarray]) -> np.ndarray:
+        acc = out.dtype if out.type == DType.int32_type else np.dtype(np.float32)
+        return np.matmul(args[0].astype(acc), args[1].astype(acc)).astype(out.dtype, copy=False)
+
+
+@register_op
+@dataclasses.dataclass(frozen=True)
+class QuantConvolution(Convolution):
+    """``convolution`` of int8 (-> int32) or fp8 E4M3 (-> float32) data and weights of one type."""
+
+    name: ClassVar[str] = "quant_convolution"
+
+    def compute_shape(self, inputs: list[Shape]) -> Shape:
+        check_shapes(self.name, inputs).has(2).same_type().types(QUANT_GEMM_TYPES)
+        x, w = inputs
+        p, s, d = self.attrs(x.ndim() - 2)
+        return Shape(quant_acc_type(x.type), conv_output_lens(self.name, x, w, p, s, d, self.group))
+
+    def compute(self, out: Shape, args: list[np.ndarray]) -> np.ndarray:
+        x, w = args
+        p, s, d = self.attrs(x.ndim - 2)
+        acc = out.dtype if out.type == DType.int32_type else np.dtype(np.float32)
+        return conv_forward(x, w, p, s, d, self.group, out.lens, acc).astype(out.dtype, copy=False)
+
+
+__all__ = ["FP8", "QUANT_GEMM_TYPES", "INT_TYPES", "QUANT_INT", "SCALE_TYPES", "saturate_cast"]
