@@ -1,7 +1,8 @@
 """Attention-family parsers: ai.onnx Attention (opset 23+) and RotaryEmbedding (opset 23+).
 
-com.microsoft contrib attention ops (Attention, MultiHeadAttention, GroupQueryAttention,
-RotaryEmbedding, MatMulNBits) are not registered yet, so the partitioner leaves them to ORT.
+The com.microsoft attention ops live in contrib_attention.py (Attention, MultiHeadAttention),
+contrib_llm.py (GroupQueryAttention, RotaryEmbedding) and contrib_nbits.py (MatMulNBits,
+GatherBlockQuantized).
 """
 
 from __future__ import annotations
