@@ -206,3 +206,30 @@ def ones(n: int = 1) -> np.ndarray:
 
 def ran_on(sess) -> set[str]:
     return set(node_providers(sess).values())
+
+
+class RecordingBackend:
+    """The EP's own backend, keeping every EP it creates so a test can read what they compiled."""
+
+    def __init__(self) -> None:
+        self.eps: list = []
+
+    def create_ep(self, options: dict[str, str]):
+        from migraphx_ep.ep import provider
+
+        ep = provider.create_ep(options)
+        self.eps.append(ep)
+        return ep
+
+    def counts(self) -> tuple[int, int]:
+        """(programs compiled, programs loaded) by the newest EP."""
+        compiled = self.eps[-1].compiled
+        return sum(c.compiles for c in compiled), sum(c.loads for c in compiled)
+
+
+@pytest.fixture
+def recording():
+    backend = RecordingBackend()
+    bridge.set_backend(backend)
+    yield backend
+    bridge.set_backend(None)

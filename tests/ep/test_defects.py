@@ -16,7 +16,6 @@ import pytest
 
 import migraphx_ep  # noqa: F401 - registers and routes the EP
 import migraphx_ep.targets.gpu as gpu
-from migraphx_ep.ep import bridge, provider
 from migraphx_ep.ep.options import SPECS, OptionError, check_provider_options, parse_options
 from migraphx_ep.ep.provider import resolve_target
 from migraphx_ep.targets import TargetError
@@ -117,26 +116,6 @@ def test_explicit_device_id_fails_the_session(no_gpu):
 
 
 # -- 3. several programs saved at one path -----------------------------------------------------------
-class RecordingBackend:
-    """The real provider, remembering every EP it creates so tests can read the compile counters."""
-
-    def __init__(self) -> None:
-        self.eps: list[provider.MIGraphXEp] = []
-
-    def create_ep(self, options: dict[str, str]) -> provider.MIGraphXEp:
-        ep = provider.create_ep(options)
-        self.eps.append(ep)
-        return ep
-
-
-@pytest.fixture
-def recording():
-    backend = RecordingBackend()
-    bridge.set_backend(backend)
-    yield backend
-    bridge.set_backend(None)
-
-
 def test_one_path_keeps_every_program_across_sessions(tmp_path, recording, caplog):
     path = str(tmp_path / "m.mxr")
     opts = {

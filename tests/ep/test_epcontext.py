@@ -14,7 +14,6 @@ from onnx import numpy_helper as nh
 
 from conftest import make_model, tensor
 from migraphx_ep import _routing, mxr
-from migraphx_ep.ep import bridge, provider
 
 EP = "MIGraphXExecutionProvider"
 RNG = np.random.default_rng(5)
@@ -46,28 +45,6 @@ def with_refused_node() -> bytes:
         oh.make_node("Add", ["r", "m"], ["y"]),
     ]
     return make_model(nodes, [tensor("x", T.FLOAT, [3, 8])], [tensor("y", T.FLOAT, [3, 6])], [w, zero])
-
-
-class RecordingBackend:
-    def __init__(self) -> None:
-        self.eps: list[provider.MIGraphXEp] = []
-
-    def create_ep(self, options: dict[str, str]) -> provider.MIGraphXEp:
-        ep = provider.create_ep(options)
-        self.eps.append(ep)
-        return ep
-
-    def counts(self) -> tuple[int, int]:
-        compiled = self.eps[-1].compiled
-        return sum(c.compiles for c in compiled), sum(c.loads for c in compiled)
-
-
-@pytest.fixture
-def recording():
-    backend = RecordingBackend()
-    bridge.set_backend(backend)
-    yield backend
-    bridge.set_backend(None)
 
 
 def compile_model(src: str, out: str, embed: bool, options: dict | None = None) -> onnx.ModelProto:

@@ -15,7 +15,6 @@ from onnx import helper as oh
 from onnx import numpy_helper as nh
 
 from conftest import make_model, tensor
-from migraphx_ep.ep import bridge, provider
 from migraphx_ep.ep.cache import graph_fingerprint, program_key
 from migraphx_ep.ep.calibration import CalibrationError, load_table, read_table
 from migraphx_ep.ep.options import OptionError, parse_options
@@ -196,25 +195,7 @@ def test_table_contents_change_the_cache_key(tmp_path):
 
 
 # -- through real ORT sessions -------------------------------------------------------------------------
-class RecordingBackend:
-    def __init__(self) -> None:
-        self.eps: list[provider.MIGraphXEp] = []
-
-    def create_ep(self, options: dict[str, str]) -> provider.MIGraphXEp:
-        ep = provider.create_ep(options)
-        self.eps.append(ep)
-        return ep
-
-
-@pytest.fixture
-def recording():
-    backend = RecordingBackend()
-    bridge.set_backend(backend)
-    yield backend
-    bridge.set_backend(None)
-
-
-def compiled_ops(backend: RecordingBackend) -> list[str]:
+def compiled_ops(backend) -> list[str]:
     progs = [p for c in backend.eps[-1].compiled for p in c.programs.values()]
     return [i.name for p in progs for i in p.get_main_module().instructions]
 

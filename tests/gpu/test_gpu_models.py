@@ -15,7 +15,6 @@ from onnx import TensorProto
 
 import migraphx_ep  # noqa: F401 - registers and routes the EP
 from conftest import make_model, node_providers, profiled_options, tensor
-from migraphx_ep.ep import bridge, provider
 from migraphx_ep.testing import light_input, light_model
 from test_models_ep import FIXTURES, MODELS, feeds_for
 
@@ -35,26 +34,6 @@ def no_env_overrides(monkeypatch):
     for k in list(os.environ):
         if k.startswith("ORT_MIGRAPHX_"):
             monkeypatch.delenv(k)
-
-
-class RecordingBackend:
-    """The EP's own backend, keeping every EP it creates so a test can read what they compiled."""
-
-    def __init__(self) -> None:
-        self.eps: list[provider.MIGraphXEp] = []
-
-    def create_ep(self, options: dict[str, str]) -> provider.MIGraphXEp:
-        ep = provider.create_ep(options)
-        self.eps.append(ep)
-        return ep
-
-
-@pytest.fixture
-def recorder():
-    rec = RecordingBackend()
-    bridge.set_backend(rec)
-    yield rec
-    bridge.set_backend(None)
 
 
 def load(name: str) -> onnx.ModelProto:
@@ -169,18 +148,18 @@ def test_concurrent_runs_on_one_session():
         assert_outputs(got, want[job], rtol=1e-3, atol=1e-4)
 
 
-def test_model_cache_second_session_compiles_nothing(tmp_path, recorder):
+def test_model_cache_second_session_compiles_nothing(tmp_path, recording):
     model = load("resnet")  # convolutions and a GEMM: the saved program carries their plans
     blob = model.SerializeToString()
     feeds = feeds_for(model, batch=2, seq=9)
     options = {**TF32_OFF, "migraphx_model_cache_dir": str(tmp_path)}
     first = session(blob, options, profile=False).run(None, feeds)
-    compiled = sum(c.compiles for ep in recorder.eps for c in ep.compiled)
+    compiled = sum(c.compiles for ep in recording.eps for c in ep.compiled)
     files = sorted(tmp_path.glob("*.mxr"))
     assert compiled >= 1 and len(files) == compiled
-    n = len(recorder.eps)
+    n = len(recording.eps)
     again = session(blob, options, profile=False).run(None, feeds)
-    second = recorder.eps[n:]
+    second = recording.eps[n:]
     assert second and all(ep.target_name == "gpu" for ep in second)
     subgraphs = [c for ep in second for c in ep.compiled]
     assert sum(c.compiles for c in subgraphs) == 0, "the second session compiled instead of loading"
@@ -199,12 +178,12 @@ def test_bad_device_id_is_a_clear_error():
     assert "99" in str(err.value)
 
 
-def test_auto_target_picks_gpu(recorder):
+def test_auto_target_picks_gpu(recording):
     model = load("resnet")
     blob = model.SerializeToString()
     feeds = feeds_for(model, batch=2, seq=9)
     s = ort.InferenceSession(blob, profiled_options(), providers=[EP, "CPUExecutionProvider"])
     got = s.run(None, feeds)
-    assert recorder.eps and {ep.target_name for ep in recorder.eps} == {"gpu"}
+    assert recording.eps and {ep.target_name for ep in recording.eps} == {"gpu"}
     assert_all_on_ep(node_providers(s))
     assert_outputs(got, cpu(blob, feeds), rtol=2e-2, atol=2e-2)  # TF32 is on by default
