@@ -13,7 +13,6 @@ import msgpack
 
 from ...ir.program import CompileOptions, Program
 from ...passes import Pass, run_passes
-from ...passes.pipelines import ref_pipeline
 
 log = logging.getLogger("migraphx_ep.gpu")
 
@@ -65,7 +64,9 @@ class GpuTarget:
         self.allow_tf32 = allow_tf32
 
     def get_passes(self, options: CompileOptions) -> list[Pass]:
-        return ref_pipeline()
+        from .decompose import gpu_pipeline
+
+        return gpu_pipeline()
 
     def _device(self):
         from .cuda import Device

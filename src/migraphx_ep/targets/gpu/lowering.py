@@ -224,6 +224,9 @@ class Lowering:
         elif ins.name == "reshape" or ins.name == "flatten" or ins.name == "contiguous":
             src = self._copy(self.bufs[id(ins.inputs[0])], ins.name)
             self.bufs[id(ins)] = Buf(src.storage, 0, ins.shape)
+        elif ins.name == "bit_cast":  # the same bytes and strides, read as the target type
+            src = self.bufs[id(ins.inputs[0])]
+            self.bufs[id(ins)] = Buf(src.storage, src.offset, src.shape.with_type(ins.shape.type))
         elif ins.name == "dot":
             self._dot(ins)
         elif ins.name == "convolution" and self._conv_on_dnn(ins):
@@ -530,11 +533,24 @@ _IDENTITY = _identity_op()
 
 
 def instruction_supported(ins: Instruction) -> str | None:
-    """None when the gpu target can lower ``ins`` alone; else why not (the partitioner's question)."""
+    """None when the gpu target can lower ``ins`` alone, with a kernel of its own or through its
+    decomposition (``decompose``); else why not (the partitioner's question)."""
+    reason = kernel_supported(ins)
+    if reason is None:
+        return None
+    from .decompose import decomposition_supported  # decompose imports this module
+
+    return decomposition_supported(ins, reason)
+
+
+def kernel_supported(ins: Instruction) -> str | None:
+    """None when ``ins`` lowers to a step of its own (a kernel, a library call, a view); else why not."""
     if ins.is_param() or ins.is_literal() or ins.is_return() or is_view(ins):
         return None
     if isinstance(ins.op, ModuleOp) or ins.module_args:
         return f"{ins.name}: control flow does not run on the gpu target"
+    if ins.name == "bit_cast":  # a view of the same bytes (element widths are equal)
+        return K.pointwise_supported(_IDENTITY, [ins.inputs[0].shape.type, ins.shape.type])
     if ins.name in ("dot", "convolution", "reshape", "flatten", "contiguous"):
         if ins.name == "convolution" and ins.shape.type not in GEMM_TYPES:
             return K.supported(ins.op, [a.shape for a in ins.inputs], ins.shape)

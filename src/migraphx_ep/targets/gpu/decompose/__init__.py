@@ -1,0 +1,128 @@
+"""decompose_ops: an instruction the gpu target has no kernel for becomes instructions it has kernels
+for (MIGraphX rewrites such ops for its gpu target the same way): attention into dot + softmax +
+pointwise, nll_loss into gathers + pointwise + reductions, quantizelinear into pointwise, ...
+
+One small function per op, in the ``DECOMPOSITIONS`` table (op name -> function(builder, ins) returning
+the replacement value, or the list of tuple elements for an op with a tuple result). A decomposition
+reads only shapes and attributes, never input values, so whether it lowers is decided once per op and
+input shapes by decomposing a copy (``decomposition_supported``): the partitioner claims it exactly
+when every instruction it emits has a kernel. A function raises ``Unsupported`` for a case it cannot
+reproduce exactly. The ref target never runs this pass: the op's own ``compute`` stays the oracle,
+and tests check every decomposition against it.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+
+from ....ir.instruction import Instruction
+from ....ir.module import Module
+from ....ir.operation import make_op
+from ....ir.shape import Shape
+from ....passes.dead_code_elimination import DEAD_CODE_ELIMINATION as DCE
+from ....passes.manager import Pass
+from ....passes.pipelines import ref_pipeline
+from ..kernels.spec import Unsupported
+from .attention import decompose_attention, decompose_rotary_embedding
+from .builder import Builder
+from .conv import decompose_convolution_backwards
+from .linalg import decompose_einsum, decompose_lrn
+from .loss import decompose_nll_loss
+from .quant import decompose_dequantizelinear, decompose_dynamicquantizelinear, decompose_quantizelinear
+from .scatter import decompose_scatter_elements, decompose_scatternd
+from .sequence import decompose_reverse_sequence
+
+Decomposition = Callable[[Builder, Instruction], "Instruction | list[Instruction]"]
+
+DECOMPOSITIONS: dict[str, Decomposition] = {
+    "attention": decompose_attention,
+    "rotary_embedding": decompose_rotary_embedding,
+    "nll_loss": decompose_nll_loss,
+    "quantizelinear": decompose_quantizelinear,
+    "dequantizelinear": decompose_dequantizelinear,
+    "dynamicquantizelinear": decompose_dynamicquantizelinear,
+    "einsum": decompose_einsum,
+    "lrn": decompose_lrn,
+    "reverse_sequence": decompose_reverse_sequence,
+    "convolution_backwards": decompose_convolution_backwards,
+    **{f"scatter_{r}": decompose_scatter_elements for r in ("none", "add", "mul", "max", "min")},
+    **{f"scatternd_{r}": decompose_scatternd for r in ("none", "add", "mul", "max", "min")},
+}
+
+
+def _kernel_supported(ins: Instruction) -> str | None:
+    from ..lowering import kernel_supported  # the lowering imports this module
+
+    return kernel_supported(ins)
+
+
+@functools.lru_cache(maxsize=4096)
+def _check(op: object, shapes: tuple[Shape, ...]) -> str | None:
+    """Why the decomposition of ``op`` on inputs of ``shapes`` does not lower (None: it does)."""
+    m = Module("decompose_check")
+    args = [m.add_parameter(f"x{i}", s) for i, s in enumerate(shapes)]
+    ins = m.add_instruction(op, args)  # type: ignore[arg-type]
+    try:
+        _replace(m, ins, DECOMPOSITIONS[ins.name](Builder(m, ins), ins))
+    except Unsupported as e:
+        return f"{ins.name}: {e}"
+    for new in m.instructions:
+        reason = None if new is ins or new.is_param() else _kernel_supported(new)
+        if reason is not None:
+            return f"{ins.name} (decomposed): {reason}"
+    return None
+
+
+def decomposition_supported(ins: Instruction, reason: str | None = None) -> str | None:
+    """None when ``ins`` lowers through its decomposition; else why not (``reason``: the kernel's)."""
+    if ins.name == "get_tuple_elem":  # an element of a decomposed tuple is a plain value
+        src = ins.inputs[0]
+        return _check(src.op, tuple(a.shape for a in src.inputs)) if src.name in DECOMPOSITIONS else reason
+    if ins.name not in DECOMPOSITIONS or ins.module_args:
+        return reason
+    return _check(ins.op, tuple(a.shape for a in ins.inputs))
+
+
+def _replace(m: Module, ins: Instruction, new: Instruction | list[Instruction]) -> None:
+    """Point the users of ``ins`` (of its tuple elements, for a list) at ``new``."""
+    if isinstance(new, Instruction):
+        m.replace_all_uses(ins, _same_shape(m, ins, new))
+        return
+    for user in list(dict.fromkeys(ins.outputs)):
+        if user.name != "get_tuple_elem":
+            raise Unsupported(f"{ins.name}: its tuple is read by {user.name}")
+        m.replace_all_uses(user, _same_shape(m, user, new[user.op.index]))  # type: ignore[attr-defined]
+
+
+def _same_shape(m: Module, old: Instruction, new: Instruction) -> Instruction:
+    """``new`` laid out like ``old`` (users computed their shapes from old's strides)."""
+    if new.shape == old.shape:
+        return new
+    if old.shape.standard() and new.shape.lens == old.shape.lens and new.shape.type == old.shape.type:
+        return m.insert_instruction(old, make_op("contiguous"), [new])
+    raise Unsupported(f"{old.name}: decomposed to {new.shape}, expected {old.shape}")
+
+
+def decompose_ops(m: Module) -> bool:
+    """Replace each instruction without a gpu kernel whose decomposition lowers by that decomposition."""
+    changed = False
+    for ins in m:
+        if ins.name not in DECOMPOSITIONS or _kernel_supported(ins) is None:
+            continue
+        if decomposition_supported(ins) is not None:
+            continue  # left alone: the lowering refuses it with its own reason
+        _replace(m, ins, DECOMPOSITIONS[ins.name](Builder(m, ins), ins))
+        changed = True
+    return changed
+
+
+DECOMPOSE_OPS = Pass("decompose_ops", decompose_ops)
+
+
+def gpu_pipeline() -> list[Pass]:
+    """The gpu target's passes: decompositions first, so the shared simplifications see their parts."""
+    return [DECOMPOSE_OPS, DCE, *ref_pipeline()]
+
+
+__all__ = ["DECOMPOSE_OPS", "DECOMPOSITIONS", "decompose_ops", "decomposition_supported", "gpu_pipeline"]
