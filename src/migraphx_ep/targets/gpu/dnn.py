@@ -41,7 +41,21 @@ CUDNN_ACTIVATION_RELU = 1
 CUDNN_ACTIVATION_IDENTITY = 5
 CUDNN_PROPAGATE_NAN = 1
 CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_PRECOMP_GEMM = 1
+CUDNN_CONVOLUTION_FWD_ALGO_FFT = 4
+CUDNN_CONVOLUTION_FWD_ALGO_FFT_TILING = 5
+CUDNN_CONVOLUTION_FWD_ALGO_WINOGRAD = 6
+CUDNN_CONVOLUTION_FWD_ALGO_WINOGRAD_NONFUSED = 7
 CUDNN_CONVOLUTION_FWD_ALGO_COUNT = 8
+# Transform-domain algorithms round through FFT/Winograd tiles: an output that is exactly 0 comes back
+# as ~1e-5 (ONNX's ConvTranspose group case failed atol 1e-7). Not taken where full fp32 is asked for.
+_TRANSFORM_ALGOS = frozenset(
+    {
+        CUDNN_CONVOLUTION_FWD_ALGO_FFT,
+        CUDNN_CONVOLUTION_FWD_ALGO_FFT_TILING,
+        CUDNN_CONVOLUTION_FWD_ALGO_WINOGRAD,
+        CUDNN_CONVOLUTION_FWD_ALGO_WINOGRAD_NONFUSED,
+    }
+)
 
 INT_MAX = 2**31 - 1
 _P = ctypes.c_void_p
@@ -237,9 +251,9 @@ class ConvPlan:
     # -- algorithm choice ------------------------------------------------------------------------------
     def acceptable(self, perf: FwdAlgoPerf, limit: int) -> bool:
         """A search result that ran, fits ``limit`` and keeps the requested precision (no float inputs
-        rounded to half, no TF32 where it is off)."""
+        rounded to half; where TF32 is off, neither TF32 nor FFT/Winograd transforms)."""
         narrowing = perf.mathType == CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION
-        tf32 = self.no_tf32 and perf.mathType == CUDNN_TENSOR_OP_MATH
+        tf32 = self.no_tf32 and (perf.mathType == CUDNN_TENSOR_OP_MATH or perf.algo in _TRANSFORM_ALGOS)
         return perf.status == CUDNN_STATUS_SUCCESS and perf.memory <= limit and not narrowing and not tf32
 
     def choose(self, algo: int, math: int, limit: int) -> bool:
@@ -255,7 +269,9 @@ class ConvPlan:
     def restore(self, saved: dict, limit: int) -> bool:
         """Use a saved choice when it is for this convolution and cuDNN still takes it."""
         algo, math = int(saved.get("algo", -1)), int(saved.get("math", self.wanted_math))
-        if saved.get("key") != self.key or algo < 0 or not self.choose(algo, math, limit):
+        if saved.get("key") != self.key or algo < 0 or (self.no_tf32 and algo in _TRANSFORM_ALGOS):
+            return False
+        if not self.choose(algo, math, limit):
             return False
         self.fused = bool(saved.get("fused")) and _fusable(self.bias, self.relu, self.algo)
         return True
