@@ -109,7 +109,7 @@ ComputeInfo::~ComputeInfo() {
 OrtStatus* ORT_API_CALL ComputeInfo::CreateStateImpl(OrtNodeComputeInfo* self, OrtNodeComputeContext*,
                                                      void** state) noexcept {
   // The compiled object is the state: no per-kernel-instance state is needed, and ORT may call
-  // Compute concurrently on it (the 1.23 ABI has no way to say otherwise).
+  // Compute concurrently on it (Ep::IsConcurrentRunSupported says it may).
   *state = self;
   return nullptr;
 }

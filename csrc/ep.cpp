@@ -116,6 +116,18 @@ Ep::Ep(py::object py_ep_, const OrtLogger& logger_, bool write_context_)
   // Optional in the 1.23 ABI and left null on purpose: GetPreferredDataLayout (NCHW assumed),
   // ShouldConvertDataLayoutForOp, SetDynamicOptions, OnRunStart/OnRunEnd, CreateAllocator and
   // CreateSyncStreamForDevice (ORT falls back to the factory's), GetCompiledModelCompatibilityInfo.
+  // Newer callbacks only where the running ORT has them (api().version), though ORT would ignore a field
+  // beyond the ort_version_supported it reads.
+#if ORT_API_VERSION >= 24
+  if (api().version >= 24) IsConcurrentRunSupported = IsConcurrentRunSupportedImpl;
+#endif
+#if ORT_API_VERSION >= 25
+  if (api().version >= 25) Sync = SyncImpl;
+#endif
+  // Left null: GetKernelRegistry (we compile), CreateProfiler, the 1.26 graph-capture hooks (our gpu
+  // target captures its own CUDA graphs inside Compute), OnSessionInitializationEnd, and
+  // GetDefaultMemoryDevice (1.27): we register no device memory yet, and without allocator entries
+  // ORT's default is the CPU memory device, which is what our host-memory I/O is.
 }
 
 Ep::~Ep() {
@@ -175,6 +187,24 @@ OrtStatus* ORT_API_CALL Ep::CompileImpl(OrtEp* self, const OrtGraph** graphs, co
 void ORT_API_CALL Ep::ReleaseNodeComputeInfosImpl(OrtEp*, OrtNodeComputeInfo** infos, size_t count) noexcept {
   release_compute_infos(infos, count);
 }
+
+#if ORT_API_VERSION >= 24
+OrtStatus* ORT_API_CALL Ep::IsConcurrentRunSupportedImpl(OrtEp*, bool* is_supported) noexcept {
+  // Yes: Compute takes the GIL, and a compiled program is safe to run from several threads at once
+  // (ep/compiled.py compiles a new shape under its lock; the gpu executable serialises device work under
+  // its own lock and stages outputs per thread, which the shell copies out before returning).
+  *is_supported = true;
+  return nullptr;
+}
+#endif
+
+#if ORT_API_VERSION >= 25
+OrtStatus* ORT_API_CALL Ep::SyncImpl(OrtEp*) noexcept {
+  // Nothing is ever pending: inputs and outputs are host memory and Compute returns only after the
+  // program (and any device work with its copies) has finished.
+  return nullptr;
+}
+#endif
 
 OrtStatus* create_ep(const std::map<std::string, std::string>& options,
                      const std::map<std::string, std::string>& session, const OrtLogger& logger,

@@ -31,6 +31,12 @@ struct Ep : OrtEp {
                                              OrtNode** ep_context_nodes) noexcept;
   static void ORT_API_CALL ReleaseNodeComputeInfosImpl(OrtEp* self, OrtNodeComputeInfo** infos,
                                                        size_t count) noexcept;
+#if ORT_API_VERSION >= 24
+  static OrtStatus* ORT_API_CALL IsConcurrentRunSupportedImpl(OrtEp* self, bool* is_supported) noexcept;
+#endif
+#if ORT_API_VERSION >= 25
+  static OrtStatus* ORT_API_CALL SyncImpl(OrtEp* self) noexcept;
+#endif
 };
 
 // Factory side: build an Ep from the session's EP options and its "ep.context_*" entries

@@ -12,11 +12,11 @@ namespace mgx {
 namespace {
 Api g_api;
 
-// "1.31.1" -> 131 (major*100 + minor); 0 when unparsable.
-int runtime_minor(const char* version) {
+// The OrtApi version a runtime serves at most: ORT 1.x serves API x ("1.32.0" -> 32); 0 when unknown.
+uint32_t runtime_api_version(const char* version) {
   int major = 0, minor = 0;
   if (version == nullptr || std::sscanf(version, "%d.%d", &major, &minor) != 2) return 0;
-  return major * 100 + minor;
+  return major == 1 && minor > 0 ? static_cast<uint32_t>(minor) : 0;
 }
 }  // namespace
 
@@ -24,21 +24,39 @@ const Api& api() { return g_api; }
 
 void init_api(const OrtApiBase* base) {
   if (base == nullptr) throw std::runtime_error("ORT passed a null OrtApiBase");
-  const OrtApi* ort = base->GetApi(ORT_API_VERSION);
+  const char* runtime = base->GetVersionString();
+  const std::string runtime_name = std::string("ONNX Runtime ") + (runtime != nullptr ? runtime : "(unknown)");
+  const uint32_t runtime_api = runtime_api_version(runtime);
+  if (runtime_api != 0 && runtime_api < kMinApiVersion) {
+    throw std::runtime_error(std::string(kEpName) + ": " + runtime_name + " is too old: the plugin-EP API " +
+                             std::to_string(kMinApiVersion) + " (ONNX Runtime 1." +
+                             std::to_string(kMinApiVersion) + ") is the oldest it speaks");
+  }
+  // Headers' version first, newest to oldest; never above the runtime's own, because GetApi prints an
+  // error to stderr for a version it does not know (and returns null).
+  uint32_t version = runtime_api != 0 && runtime_api < ORT_API_VERSION ? runtime_api : ORT_API_VERSION;
+  const OrtApi* ort = nullptr;
+  for (; version >= kMinApiVersion; --version) {
+    if ((ort = base->GetApi(version)) != nullptr) break;
+  }
   if (ort == nullptr) {
-    throw std::runtime_error(std::string(kEpName) + ": ONNX Runtime " + base->GetVersionString() +
-                             " cannot serve ORT API version " + std::to_string(ORT_API_VERSION));
+    throw std::runtime_error(std::string(kEpName) + ": " + runtime_name + " serves none of ORT API versions " +
+                             std::to_string(kMinApiVersion) + " to " + std::to_string(ORT_API_VERSION));
   }
   g_api.ort = ort;
+  g_api.version = version;
+  g_api.runtime_version = runtime;
   g_api.ep = ort->GetEpApi();
   g_api.editor = ort->GetModelEditorApi();
+  g_api.has_shape = nullptr;
 #if ORT_API_VERSION >= 24
-  g_api.has_shape = ort->TensorTypeAndShape_HasShape;
+  if (version >= 24) g_api.has_shape = ort->TensorTypeAndShape_HasShape;
 #else
+  // Built against 1.23 headers (the sid fallback of cmake/fetch_ort_headers.sh).
   // TensorTypeAndShape_HasShape is the first function ORT API 24 appended to OrtApi (the table is
   // append-only and versioned), so with 1.23 headers it sits right after the last 1.23 entry. Only
   // probe runtimes >= 1.24: asking an older one for API 24 prints an error to stderr.
-  if (runtime_minor(base->GetVersionString()) >= 124) {
+  if (runtime_api >= 24) {
     if (const OrtApi* v24 = base->GetApi(24)) {
       HasShapeFn fn = nullptr;
       std::memcpy(&fn, reinterpret_cast<const char*>(v24) + sizeof(OrtApi), sizeof(fn));

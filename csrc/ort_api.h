@@ -24,8 +24,16 @@ inline constexpr const char* kContextPrefix = "ep.context_";
 
 using HasShapeFn = bool(ORT_API_CALL*)(const OrtTensorTypeAndShapeInfo*);
 
+// The oldest plugin-EP ABI we speak: everything called unconditionally exists in API 23; newer entries
+// are used only when `Api::version` has them.
+inline constexpr uint32_t kMinApiVersion = 23;
+
 struct Api {
   const OrtApi* ort = nullptr;
+  // The OrtApi version the running ORT gave us (<= ORT_API_VERSION of our headers, >= kMinApiVersion):
+  // no field of an ORT struct, and no callback of ours, beyond this version is touched or installed.
+  uint32_t version = 0;
+  const char* runtime_version = nullptr;  // OrtApiBase::GetVersionString, e.g. "1.32.0"
   const OrtEpApi* ep = nullptr;
   // Builds EPContext nodes; null in ORT's minimal builds (then EPContext models cannot be written).
   const OrtModelEditorApi* editor = nullptr;
@@ -34,9 +42,11 @@ struct Api {
   HasShapeFn has_shape = nullptr;
 };
 
-// Filled once by CreateEpFactories from the OrtApiBase ORT passes in (we never link libonnxruntime).
+// Filled by CreateEpFactories from the OrtApiBase ORT passes in (we never link libonnxruntime).
 const Api& api();
-void init_api(const OrtApiBase* base);  // throws if the runtime cannot serve ORT_API_VERSION
+// Asks for ORT_API_VERSION, else the newest version down to kMinApiVersion the runtime serves; throws
+// (naming the runtime's version) when it serves none.
+void init_api(const OrtApiBase* base);
 
 // An ORT error carried through C++ code as an exception until a trampoline turns it back into OrtStatus.
 class OrtError : public std::runtime_error {

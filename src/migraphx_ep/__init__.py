@@ -60,6 +60,12 @@ def _init() -> None:
         return
     if os.environ.get("MIGRAPHX_EP_DISABLE_ROUTING", "") not in ("", "0"):
         return  # leave onnxruntime exactly as shipped
+    from . import _C
+
+    if _C.embedded():
+        # The library started this interpreter inside a C/C++ host, whose ONNX Runtime already loaded
+        # it: importing Python's onnxruntime would bring a second ORT into the process.
+        return
     from . import _routing
 
     _routing.register_library()
