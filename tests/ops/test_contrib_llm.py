@@ -206,9 +206,9 @@ def test_ms_rotary_embedding_refusals():
         assert why in refusal(ms_model(node, feeds), feeds)
 
 
-def test_gqa_with_genai_mask_subgraph_folds_total():
-    # GenAI's builder derives seqlens_k (ReduceSum(mask) - 1) and total_sequence_length (Shape(mask)[1])
-    # from attention_mask. In one partition the latter folds from the mask's dims: no value input at all.
+def genai_mask_gqa(head_dim: int | str) -> bytes:
+    """GenAI's builder derives seqlens_k (ReduceSum(mask) - 1) and total_sequence_length (Shape(mask)[1])
+    from attention_mask, and declares the KV cache's head size as a symbol (``kv_cache_dim``)."""
     i64, i32 = onnx.TensorProto.INT64, onnx.TensorProto.INT32
     nodes = [
         helper.make_node("ReduceSum", ["mask", "axes"], ["msum"], keepdims=0),
@@ -232,7 +232,7 @@ def test_gqa_with_genai_mask_subgraph_folds_total():
         helper.make_tensor_value_info(n, f, ["B", 1, w])
         for n, w in (("q", HQ * 16), ("k", HKV * 16), ("v", HKV * 16))
     ]
-    inputs += [helper.make_tensor_value_info(n, f, ["B", HKV, "P", 16]) for n in ("pk", "pv")]
+    inputs += [helper.make_tensor_value_info(n, f, ["B", HKV, "P", head_dim]) for n in ("pk", "pv")]
     outs = [helper.make_value_info(o, onnx.TypeProto()) for o in ("y", "present_k", "present_v")]
     one = onnx.numpy_helper.from_array(np.array(1, np.int64), "one")
     axes = onnx.numpy_helper.from_array(np.array([1], np.int64), "axes")
@@ -241,7 +241,15 @@ def test_gqa_with_genai_mask_subgraph_folds_total():
         g, opset_imports=[helper.make_opsetid("", 21), helper.make_opsetid("com.microsoft", 1)]
     )
     m.ir_version = 10
-    model = m.SerializeToString()
+    return m.SerializeToString()
+
+
+@pytest.mark.parametrize("head_dim", [16, "kv_cache_dim"])
+def test_gqa_with_genai_mask_subgraph_folds_total(head_dim):
+    # In one partition total_sequence_length folds from the mask's dims: no value input at all. A
+    # symbolic head size is pinned to the query's in the partition probe (DimMismatch), so the node
+    # is claimed (compare checks it ran on our EP) although the probe first made up another size.
+    model = genai_mask_gqa(head_dim)
     assert probe_needs(model) == {}
     # Share-buffer decode (past buffer of 8, 6 tokens) and growing-cache decode (past 5, 6 tokens).
     for past in (8, 5):
@@ -249,3 +257,15 @@ def test_gqa_with_genai_mask_subgraph_folds_total():
         feeds.update(k=rand(2, 1, HKV * 16), v=rand(2, 1, HKV * 16))
         feeds.update(pk=rand(2, HKV, past, 16), pv=rand(2, HKV, past, 16))
         compare(model, feeds, *TOL[np.float32])
+
+
+def test_gqa_symbolic_head_size_checked_at_run():
+    # The pin is only the probe's guess: a past whose real head size is not the query's fails the Run
+    # with the node's reason (ORT's CPU EP rejects it too), never a wrong number.
+    from llmcheck import ours
+
+    feeds = {"mask": np.ones((1, 6), np.int64), "q": rand(1, 1, HQ * 16)}
+    feeds.update(k=rand(1, 1, HKV * 16), v=rand(1, 1, HKV * 16))
+    feeds.update(pk=rand(1, HKV, 8, 8), pv=rand(1, HKV, 8, 8))
+    with pytest.raises(Exception, match="past_key/past_value must be"):
+        ours(genai_mask_gqa("kv_cache_dim"), feeds)

@@ -13,7 +13,7 @@ from collections.abc import Callable, Mapping
 
 import numpy as np
 
-from ..frontend.parser import ParseNeedsValue, parse_graph, probe_dims
+from ..frontend.parser import ParseNeedsValue, parse_graph, probe_parse
 from ..ir.dtypes import DType, from_onnx, to_numpy
 from ..ir.instruction import Instruction
 from ..ir.program import Program
@@ -77,7 +77,7 @@ class CompiledSubgraph:
             return
         # Inputs whose *values* some node needs at compile time (axes, shapes, pads...): their values
         # join the compile key, so each distinct value compiles once (value specialisation).
-        probe = parse_graph(self.graph, resolve_dim=probe_dims(), tolerant=True, specialize=True)
+        probe = probe_parse(self.graph, specialize=True)
         wanted = {n for names in probe.needs_values.values() for n in names}
         self.value_inputs = [i for i, n in enumerate(self.input_names) if n in wanted]
         if self.value_inputs:

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from ..frontend.parser import parse_graph, probe_dims, topo_order
+from ..frontend.parser import probe_parse, topo_order
 from ..ir.instruction import Instruction
 
 Check = Callable[[Instruction], "str | None"]
@@ -106,17 +106,18 @@ def convex_groups(nodes: list[dict], supported: set[int]) -> list[list[int]]:
     return [g for g in groups.values() if g]
 
 
-def _probe(graph: dict, **kw) -> dict[int, str]:
+def _probe(graph: dict, pins: dict[str, int], **kw) -> dict[int, str]:
     """Refusals of a tolerant parse that hold for two unrelated choices of symbolic sizes.
 
     A symbolic dim has no size until Run, so a shape check in the probe (a pooling window larger than
     the input, a concat of dims that differ) can fail for made-up sizes that real inputs never have.
     A node refused for one choice but accepted for the other is claimed: its per-shape compile runs
-    the same checks on real dims, and a failure there is an error naming the node, never a wrong number."""
-    small = parse_graph(graph, resolve_dim=probe_dims(), **kw).refused
+    the same checks on real dims, and a failure there is an error naming the node, never a wrong number.
+    A symbol some node needs at one size (``pins``, see ``probe_parse``) has that size in both."""
+    small = probe_parse(graph, pins=pins, **kw).refused
     if not small:
         return small
-    large = parse_graph(graph, resolve_dim=probe_dims(large=True), **kw).refused
+    large = probe_parse(graph, large=True, pins=pins, **kw).refused
     return {i: r for i, r in small.items() if i in large}
 
 
@@ -127,14 +128,13 @@ def partition(graph: dict, check: Check | None = None, refuse: dict[int, str] | 
     ``refuse`` names nodes refused up front (node index -> reason)."""
     nodes = graph["nodes"]
     all_idx = {n["index"] for n in nodes}
-    refused: dict[int, str] = {**_probe(graph, tolerant=True, specialize=True, check=check), **(refuse or {})}
+    pins: dict[str, int] = {}
+    refused: dict[int, str] = {**_probe(graph, pins, specialize=True, check=check), **(refuse or {})}
     groups: list[list[int]] = []
     for _ in range(MAX_ROUNDS):
         groups = convex_groups(nodes, all_idx - set(refused))
         group_of = {i: g for g, members in enumerate(groups) for i in members}
-        probed = _probe(
-            graph, tolerant=True, claimed=set(group_of), group_of=group_of, specialize=True, check=check
-        )
+        probed = _probe(graph, pins, claimed=set(group_of), group_of=group_of, specialize=True, check=check)
         newly = {i: r for i, r in probed.items() if i in group_of}
         if not newly:
             break

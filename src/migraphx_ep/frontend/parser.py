@@ -19,7 +19,7 @@ from ..ir.module import Module
 from ..ir.program import Program
 from ..ir.shape import Shape, ShapeError
 from .context import NodeDesc, ParseContext
-from .table import NeedsValue, Unsupported, lookup
+from .table import DimMismatch, NeedsValue, Unsupported, lookup
 
 DimResolver = Callable[[str, int, Any], int]
 
@@ -44,6 +44,8 @@ class ParseResult:
     needs_values: dict[int, list[str]] = field(default_factory=dict)  # node index -> inputs to specialise
     # ONNX value name -> its instruction in the main module (calibration tables name tensors so)
     values: dict[str, Instruction] = field(default_factory=dict)
+    # tolerant mode: symbolic dim -> the size a node needs it at (see DimMismatch and probe_parse)
+    pins: dict[str, int] = field(default_factory=dict)
 
 
 def topo_order(nodes: list[dict], known: Iterable[str]) -> list[dict]:
@@ -115,6 +117,8 @@ class GraphParser:
         self.deferred: dict[str, list[str]] = {}  # value of unknown rank -> the inputs it waits on
         self._sub_count = 0
         self.values: dict[str, Instruction] = {}  # of the last graph parsed (the main one finishes last)
+        self.pins: dict[str, int] = {}
+        self._declared: dict[int, list] = {}  # id of a parameter -> its value's declared ONNX dims
 
     def parse(
         self,
@@ -141,6 +145,7 @@ class GraphParser:
                     if key not in boundary:
                         pname = f"{name}@{current_group[0]}"
                         boundary[key] = module.add_parameter(pname, values[name].shape)
+                        self._declare(boundary[key], infos.get(name))
                         self._note_candidate(pname, values[name].shape, static=True)
                     return boundary[key]
                 return values[name]
@@ -171,6 +176,7 @@ class GraphParser:
                 values[name] = module.add_literal(_specialised(name, self.input_values[name], shape))
                 continue
             values[name] = module.add_parameter(name, shape)
+            self._declare(values[name], infos.get(name))
             self._note_candidate(name, shape, _static_dims(infos.get(name)) or name in self.input_shapes)
 
         for node in topo_order(graph["nodes"], values):
@@ -196,6 +202,12 @@ class GraphParser:
                 # Claimable once the EP knows the values: outputs are opaque for the rest of the probe.
                 self.needs_values[desc.index] = e.names
                 self._opaque_outputs(desc, module, values, infos, deferred_on=e.names)
+                continue
+            except DimMismatch as e:
+                symbol = self._symbol(e.ins, e.axis)
+                if self.tolerant and isinstance(symbol, str) and symbol not in self.pins:
+                    self.pins[symbol] = e.size  # the probe retries with it (probe_parse)
+                self._refuse(desc, str(e), module, values, infos)
                 continue
             except (Unsupported, ShapeError, UnsupportedTypeError, ParseError) as e:
                 self._refuse(desc, str(e), module, values, infos)
@@ -287,6 +299,7 @@ class GraphParser:
                 continue
             try:
                 values[o] = module.add_parameter(o, value_shape(infos.get(o), o, self.resolve_dim))
+                self._declare(values[o], infos.get(o))
             except (Unsupported, ShapeError, ValueError):
                 values.pop(o, None)
                 # Unknown rank (ONNX can't infer it without the value): a value-specialised node's
@@ -294,6 +307,15 @@ class GraphParser:
                 # else reading it is refused ("not defined").
                 if deferred_on and (infos.get(o) or {}).get("dtype"):
                     self.deferred[o] = deferred_on
+
+    def _declare(self, param: Instruction, info: dict | None) -> None:
+        if self.tolerant and info is not None and info.get("shape") is not None:
+            self._declared[id(param)] = list(info["shape"])
+
+    def _symbol(self, ins: Instruction, axis: int) -> Any:
+        """The ONNX dim a parameter's ``axis`` was declared with (a str for a symbolic one)."""
+        dims = self._declared.get(id(ins))
+        return dims[axis] if dims is not None and 0 <= axis < len(dims) else None
 
     def _note_candidate(self, name: str, shape: Shape, static: bool) -> None:
         if self.specialize and static and shape.elements() <= MAX_SPECIALISED_ELEMENTS:
@@ -459,19 +481,23 @@ def fixed_dims(value: int) -> DimResolver:
     return resolve
 
 
-def probe_dims(large: bool = False) -> DimResolver:
+def probe_dims(large: bool = False, pins: dict[str, int] | None = None) -> DimResolver:
     """A size per symbol for the partition probe: one name, one size; different names, different sizes
     (so unrelated dims are not mistaken for equal ones); an unnamed unknown dim is 1, which broadcasts.
 
     Small sizes (2, 3, 4...) fit models whose dims are bounded (a transformer's positions); ``large``
     sizes, odd multiples of 32 (96, 160, 224...), fit every pooling window and kernel and divide
     through five stride-2 stages, so a detector's downsample-upsample-concat paths line up as they do
-    for real image sizes. The partitioner refuses only what both refuse (see ep/partition.py)."""
+    for real image sizes. The partitioner refuses only what both refuse (see ep/partition.py).
+    ``pins`` fixes the size of the symbols a node needs at one size (see ``probe_parse``)."""
     sizes: dict[str, int] = {}
+    pins = pins or {}
 
     def resolve(name: str, axis: int, dim: Any) -> int:
         if not dim:
             return 1
+        if str(dim) in pins:
+            return pins[str(dim)]
         n = len(sizes)
         return sizes.setdefault(str(dim), 32 * (3 + 2 * n) if large else 2 + n)
 
@@ -497,7 +523,21 @@ def parse_graph(
     outs = gp.parse(graph, main)
     ret = [outs[n] for n in graph["outputs"] if outs.get(n) is not None]
     main.add_return(ret)
-    return ParseResult(prog, gp.refused, outs, gp.needs_values, gp.values)
+    return ParseResult(prog, gp.refused, outs, gp.needs_values, gp.values, gp.pins)
+
+
+def probe_parse(
+    graph: dict, large: bool = False, pins: dict[str, int] | None = None, **kw: Any
+) -> ParseResult:
+    """A tolerant parse at probe sizes, again with every symbol a node needs at one size (DimMismatch)
+    pinned to it, until no new pin appears. ``pins`` (updated) carries them from one probe to the next."""
+    pins = {} if pins is None else pins
+    while True:
+        res = parse_graph(graph, resolve_dim=probe_dims(large, pins), tolerant=True, **kw)
+        new = {s: n for s, n in res.pins.items() if s not in pins}
+        if not new:  # each round pins another symbol of the graph, so this ends
+            return res
+        pins.update(new)
 
 
 __all__ = [

@@ -33,6 +33,18 @@ class NeedsValue(Unsupported):
         self.names = names
 
 
+class DimMismatch(Unsupported):
+    """Dim ``axis`` of input ``ins`` must be ``size`` (GroupQueryAttention's past head size).
+
+    Strictly parsed, it is a refusal like any other. In the partition probe, where an input's symbolic
+    dim got a made-up size, the probe pins that symbol to ``size`` and parses again (see
+    ``parser.probe_parse``): GenAI's builder declares the KV cache's head size as ``kv_cache_dim``."""
+
+    def __init__(self, ins: Instruction, axis: int, size: int, reason: str) -> None:
+        super().__init__(reason)
+        self.ins, self.axis, self.size = ins, axis, size
+
+
 @dataclass(frozen=True)
 class Entry:
     parser: Parser

@@ -12,7 +12,7 @@ import numpy as np
 from ...ir.dtypes import DType
 from ...ir.instruction import Instruction
 from ..context import NodeDesc, ParseContext
-from ..table import Unsupported, onnx_op
+from ..table import DimMismatch, Unsupported, onnx_op
 from .normalize import wanted
 from .pointwise import check_attrs, fattr
 
@@ -112,13 +112,14 @@ def parse_group_query_attention(ctx: ParseContext, node: NodeDesc, args):
         raise Unsupported(f"GroupQueryAttention head size {d} is not a multiple of 8 (ORT rejects it)")
     if k.shape.lens != (b, s, hkv * d) or v.shape.lens != k.shape.lens or k.shape.type != q.shape.type:
         raise Unsupported("GroupQueryAttention key/value dims do not match query")
+    past_dims = "GroupQueryAttention past_key/past_value must be (B, kv_num_heads, L, head_size)"
     if pk is not None and (
-        pk.shape.ndim() != 4
-        or pk.shape.lens != pv.shape.lens
-        or pk.shape.lens[:2] != (b, hkv)
-        or pk.shape.lens[3] != d
+        pk.shape.ndim() != 4 or pk.shape.lens != pv.shape.lens or pk.shape.lens[:2] != (b, hkv)
     ):
-        raise Unsupported("GroupQueryAttention past_key/past_value must be (B, kv_num_heads, L, head_size)")
+        raise Unsupported(past_dims)
+    for past in (pk, pv) if pk is not None else ():
+        if past.shape.lens[3] != d:  # GenAI declares it as a symbol of its own: kv_cache_dim
+            raise DimMismatch(past, 3, d, past_dims)
     if pk is not None and {pk.shape.type, pv.shape.type} != {q.shape.type}:
         raise Unsupported(
             "GroupQueryAttention with a past cache of another type (quantised) is not supported"
