@@ -13,7 +13,8 @@ import numpy as np
 import onnx
 
 from migraphx_ep.frontend.graph import model_to_dict
-from migraphx_ep.frontend.parser import fixed_dims, parse_graph
+from migraphx_ep.frontend.parser import parse_graph
+from migraphx_ep.frontend.probe import fixed_dims
 from migraphx_ep.ir.dtypes import DType
 from migraphx_ep.targets import get_target
 from migraphx_ep.targets.gpu import cuda

@@ -11,7 +11,7 @@ from onnx import numpy_helper as nh
 
 import migraphx_ep  # noqa: F401 - registers the EP and routes its name
 from conftest import node_providers, profiled_options
-from migraphx_ep.frontend.parser import probe_dims
+from migraphx_ep.frontend.probe import probe_dims
 
 EP = "MIGraphXExecutionProvider"
 RNG = np.random.default_rng(0)

@@ -13,7 +13,8 @@ from collections.abc import Callable, Mapping
 
 import numpy as np
 
-from ..frontend.parser import ParseNeedsValue, parse_graph, probe_parse
+from ..frontend.parser import ParseNeedsValue, parse_graph
+from ..frontend.probe import probe_parse
 from ..ir.dtypes import DType, from_onnx, to_numpy
 from ..ir.instruction import Instruction
 from ..ir.program import Program

@@ -11,7 +11,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from ..frontend.parser import probe_parse, topo_order
+from ..frontend.parser import topo_order
+from ..frontend.probe import probe_parse
 from ..ir.instruction import Instruction
 
 Check = Callable[[Instruction], "str | None"]

@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from ..frontend.parser import free_names
+from ..frontend.subgraph import free_names
 
 EP_NAME = "MIGraphXExecutionProvider"
 

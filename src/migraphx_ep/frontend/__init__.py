@@ -3,7 +3,8 @@
 from . import parsers  # noqa: F401 - registers every parser in the table
 from .context import NodeDesc, ParseContext, normalize_axis
 from .graph import graph_to_dict, model_to_dict
-from .parser import ParseError, ParseResult, fixed_dims, parse_graph, probe_dims
+from .parser import ParseError, ParseResult, parse_graph
+from .probe import fixed_dims, probe_dims
 from .table import PARSERS, Unsupported, onnx_op
 
 __all__ = [

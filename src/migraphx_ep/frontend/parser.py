@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -20,6 +20,9 @@ from ..ir.program import Program
 from ..ir.shape import Shape, ShapeError
 from .context import NodeDesc, ParseContext
 from .table import DimMismatch, NeedsValue, Unsupported, lookup
+
+if TYPE_CHECKING:
+    from .subgraph import SubgraphParser
 
 DimResolver = Callable[[str, int, Any], int]
 
@@ -273,6 +276,8 @@ class GraphParser:
         formal inputs (constants are copied in as literals instead, so shape arithmetic still folds).
         The control-flow instruction then takes those outer values as extra inputs, in the same order.
         """
+        from .subgraph import SubgraphParser  # it builds GraphParsers in turn
+
         return SubgraphParser(self, module, get)
 
     def _refuse(self, desc: NodeDesc, reason: str, module: Module, values: dict, infos: dict) -> None:
@@ -320,106 +325,6 @@ class GraphParser:
     def _note_candidate(self, name: str, shape: Shape, static: bool) -> None:
         if self.specialize and static and shape.elements() <= MAX_SPECIALISED_ELEMENTS:
             self.value_candidates.add(name)
-
-
-class SubgraphParser:
-    """Parses a node's subgraphs into submodules (or inline) for ``GraphParser._parse_subgraph_for``."""
-
-    def __init__(self, parent: GraphParser, module: Module, get: Callable | None) -> None:
-        self.parent = parent
-        self.module = module
-        self.get = get
-        self.feeds: dict[str, list[Instruction]] = {}  # submodule name -> values for its outer parameters
-        self._created: dict[str, list[str]] = {}  # submodule name -> it and the modules nested in it
-
-    def _outer(self, name: str, outer: dict[str, Instruction]) -> Instruction:
-        if name in outer:
-            return outer[name]
-        if self.get is not None:
-            ins = self.get(name)
-            if ins is not None:
-                return ins
-        raise Unsupported(f"subgraph reads {name!r}, which is not defined in an enclosing graph")
-
-    def parse(
-        self,
-        graph: dict,
-        label: str,
-        input_shapes: dict[str, Shape] | None = None,
-        outer: dict[str, Instruction] | None = None,
-    ) -> tuple[Module, list[Instruction]]:
-        """A submodule for ``graph`` and the outer values (in parameter order) that must feed it."""
-        p = self.parent
-        n = len(p.program.modules)
-        while f"{label}#{n}" in p.program.modules:  # nested parsers count separately: stay unique
-            n += 1
-        before = set(p.program.modules)
-        sub = p.program.create_module(f"{label}#{n}")
-        try:
-            feeds = self._fill(sub, graph, input_shapes, outer or {})
-        finally:
-            self._created[sub.name] = [m for m in p.program.modules if m not in before]
-            if sub.get_return() is None:  # failed: a refused node must leave no half-built modules
-                self.drop(sub)
-        self.feeds[sub.name] = feeds
-        return sub, feeds
-
-    def drop(self, sub: Module) -> None:
-        """Forget a submodule (and the ones nested in it) whose node ends up refused."""
-        for name in self._created.pop(sub.name, [sub.name]):
-            self.parent.program.modules.pop(name, None)
-        self.feeds.pop(sub.name, None)
-
-    def _fill(
-        self, sub: Module, graph: dict, input_shapes: dict[str, Shape] | None, outer: dict[str, Instruction]
-    ) -> list[Instruction]:
-        p = self.parent
-        infos = graph.get("values", {})
-        scope: dict[str, Instruction] = {}
-        for name in graph.get("inputs", ()):
-            shape = (input_shapes or {}).get(name) or value_shape(infos.get(name), name, p.resolve_dim)
-            scope[name] = sub.add_parameter(name, shape)
-        feeds: list[Instruction] = []
-        for name in free_names(graph):
-            src = self._outer(name, outer)
-            value = src.eval()
-            if value is not None:
-                scope[name] = sub.add_literal(value)
-            else:
-                scope[name] = sub.add_parameter(name, src.shape)
-                feeds.append(src)
-        outs = GraphParser(p.program, {}, p.resolve_dim).parse({**graph, "inputs": []}, sub, scope)
-        sub.add_return([outs[n] for n in graph["outputs"]])
-        return feeds
-
-    def inline(self, graph: dict) -> list[Instruction]:
-        """Parse a graph without formal inputs straight into the parent module (If with a constant cond)."""
-        if graph.get("inputs"):
-            raise Unsupported("only a subgraph without inputs can be inlined")
-        scope = {name: self._outer(name, {}) for name in free_names(graph)}
-        outs = GraphParser(self.parent.program, {}, self.parent.resolve_dim).parse(graph, self.module, scope)
-        return [outs[n] for n in graph["outputs"]]
-
-    def __call__(self, graph: dict, outer: dict[str, Instruction], label: str) -> Module:
-        return self.parse(graph, label, outer=outer)[0]
-
-
-def free_names(graph: dict) -> list[str]:
-    """Names a graph (and its nested subgraphs) reads but does not define, in first-use order."""
-    defined = set(graph.get("inputs", ())) | set(graph.get("initializers", {}))
-    for n in graph["nodes"]:
-        defined.update(o for o in n["outputs"] if o)
-    used: dict[str, None] = {}
-    for n in graph["nodes"]:
-        for name in n["inputs"]:
-            if name:
-                used.setdefault(name)
-        for sub in n.get("subgraphs", {}).values():
-            for name in free_names(sub):
-                used.setdefault(name)
-    for name in graph.get("outputs", ()):
-        used.setdefault(name)
-    return [n for n in used if n not in defined]
 
 
 def _check_declared(name: str, ins: Instruction, info: dict | None) -> None:
@@ -474,36 +379,6 @@ def _no_symbolic(name: str, axis: int, dim: Any) -> int:
     raise Unsupported(f"input {name!r} dim {axis} is symbolic ({dim!r}); a concrete size is needed")
 
 
-def fixed_dims(value: int) -> DimResolver:
-    def resolve(name: str, axis: int, dim: Any) -> int:
-        return value
-
-    return resolve
-
-
-def probe_dims(large: bool = False, pins: dict[str, int] | None = None) -> DimResolver:
-    """A size per symbol for the partition probe: one name, one size; different names, different sizes
-    (so unrelated dims are not mistaken for equal ones); an unnamed unknown dim is 1, which broadcasts.
-
-    Small sizes (2, 3, 4...) fit models whose dims are bounded (a transformer's positions); ``large``
-    sizes, odd multiples of 32 (96, 160, 224...), fit every pooling window and kernel and divide
-    through five stride-2 stages, so a detector's downsample-upsample-concat paths line up as they do
-    for real image sizes. The partitioner refuses only what both refuse (see ep/partition.py).
-    ``pins`` fixes the size of the symbols a node needs at one size (see ``probe_parse``)."""
-    sizes: dict[str, int] = {}
-    pins = pins or {}
-
-    def resolve(name: str, axis: int, dim: Any) -> int:
-        if not dim:
-            return 1
-        if str(dim) in pins:
-            return pins[str(dim)]
-        n = len(sizes)
-        return sizes.setdefault(str(dim), 32 * (3 + 2 * n) if large else 2 + n)
-
-    return resolve
-
-
 def parse_graph(
     graph: dict,
     input_shapes: dict[str, Shape] | None = None,
@@ -526,30 +401,12 @@ def parse_graph(
     return ParseResult(prog, gp.refused, outs, gp.needs_values, gp.values, gp.pins)
 
 
-def probe_parse(
-    graph: dict, large: bool = False, pins: dict[str, int] | None = None, **kw: Any
-) -> ParseResult:
-    """A tolerant parse at probe sizes, again with every symbol a node needs at one size (DimMismatch)
-    pinned to it, until no new pin appears. ``pins`` (updated) carries them from one probe to the next."""
-    pins = {} if pins is None else pins
-    while True:
-        res = parse_graph(graph, resolve_dim=probe_dims(large, pins), tolerant=True, **kw)
-        new = {s: n for s, n in res.pins.items() if s not in pins}
-        if not new:  # each round pins another symbol of the graph, so this ends
-            return res
-        pins.update(new)
-
-
 __all__ = [
     "DType",
     "GraphParser",
     "ParseError",
     "ParseResult",
-    "SubgraphParser",
-    "fixed_dims",
-    "free_names",
     "parse_graph",
-    "probe_dims",
     "to_numpy",
     "topo_order",
     "value_shape",

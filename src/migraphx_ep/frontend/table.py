@@ -38,7 +38,7 @@ class DimMismatch(Unsupported):
 
     Strictly parsed, it is a refusal like any other. In the partition probe, where an input's symbolic
     dim got a made-up size, the probe pins that symbol to ``size`` and parses again (see
-    ``parser.probe_parse``): GenAI's builder declares the KV cache's head size as ``kv_cache_dim``."""
+    ``probe.probe_parse``): GenAI's builder declares the KV cache's head size as ``kv_cache_dim``."""
 
     def __init__(self, ins: Instruction, axis: int, size: int, reason: str) -> None:
         super().__init__(reason)
