@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "graph_marshal.h"
+#include "native_run.h"
 
 namespace py = pybind11;
 
@@ -64,7 +65,9 @@ void copy_output(const ComputeInfo& ci, const py::module_& br, OrtKernelContext*
   }
 }
 
-void compute(ComputeInfo& ci, OrtKernelContext* ctx) {
+// The Python path: a new shape compiles here, the ref target runs here, and a gpu program's first Run of
+// a shape hands the native path its plan (`key`: the input dims; null when the native path is off).
+void compute(ComputeInfo& ci, OrtKernelContext* ctx, const DimsKey* key) {
   const OrtApi& ort = *api().ort;
   py::module_ br = bridge();
   size_t n_in = 0, n_out = 0;
@@ -81,6 +84,19 @@ void compute(ComputeInfo& ci, OrtKernelContext* ctx) {
   py::object outputs = br.attr("run")(ci.compiled, inputs);
   py::list specs = br.attr("output_buffers")(outputs, n_out);
   for (size_t i = 0; i < n_out; ++i) copy_output(ci, br, ctx, i, specs[i]);
+  if (key != nullptr) ci.plans.add(*key, br.attr("native_plan")(ci.compiled, inputs));
+}
+
+// The native path (native_run.h): true when this Compute is done. Runs without the GIL. `keyed` says
+// whether `key` holds this call's input dims (a plan may be made for them).
+bool try_native(ComputeInfo& ci, OrtKernelContext* ctx, DimsKey& key, bool& keyed) {
+  const CudaDriver* cuda = cuda_driver();
+  size_t n_in = 0;
+  check(api().ort->KernelContext_GetInputCount(ctx, &n_in));
+  keyed = cuda != nullptr && read_dims_key(ctx, n_in, key);
+  if (!keyed) return false;
+  std::shared_ptr<const NativePlan> plan = ci.plans.find(key);
+  return plan != nullptr && run_native(*cuda, *plan, ctx, ci.fused_name);
 }
 
 }  // namespace
@@ -89,7 +105,8 @@ ComputeInfo::ComputeInfo(py::object compiled_, std::string fused_name_, std::vec
     : OrtNodeComputeInfo{},
       compiled(std::move(compiled_)),
       fused_name(std::move(fused_name_)),
-      output_names(std::move(output_names_)) {
+      output_names(std::move(output_names_)),
+      native(native_run_enabled()) {
   ort_version_supported = ORT_API_VERSION;
   CreateState = CreateStateImpl;
   Compute = ComputeImpl;
@@ -98,6 +115,7 @@ ComputeInfo::ComputeInfo(py::object compiled_, std::string fused_name_, std::vec
 
 ComputeInfo::~ComputeInfo() {
   if (!compiled) return;
+  plans.clear();  // the GIL is held: plans hold references to executables
   try {
     bridge().attr("release")(compiled);
   } catch (py::error_already_set& e) {
@@ -116,7 +134,16 @@ OrtStatus* ORT_API_CALL ComputeInfo::CreateStateImpl(OrtNodeComputeInfo* self, O
 
 OrtStatus* ORT_API_CALL ComputeInfo::ComputeImpl(OrtNodeComputeInfo* self, void*, OrtKernelContext* ctx) noexcept {
   auto* ci = static_cast<ComputeInfo*>(self);
-  return guarded("Compute", [&] { compute(*ci, ctx); });
+  DimsKey key;
+  bool keyed = false;
+  if (ci->native) {
+    try {
+      if (try_native(*ci, ctx, key, keyed)) return nullptr;
+    } catch (...) {
+      return status_from_exception("Compute");  // OrtError / C++ only: nothing here raises Python errors
+    }
+  }
+  return guarded("Compute", [&] { compute(*ci, ctx, keyed ? &key : nullptr); });
 }
 
 void ORT_API_CALL ComputeInfo::ReleaseStateImpl(OrtNodeComputeInfo*, void*) noexcept {

@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "native_run.h"
 #include "ort_api.h"
 
 namespace mgx {
@@ -18,11 +19,16 @@ struct ComputeInfo : OrtNodeComputeInfo {
   ComputeInfo& operator=(const ComputeInfo&) = delete;
 
   // Interpreter shutdown: forget the Python object without touching Python (leaks one reference).
-  void abandon() noexcept { compiled.release(); }
+  void abandon() noexcept {
+    plans.abandon();
+    compiled.release();
+  }
 
   pybind11::object compiled;
   std::string fused_name;
   std::vector<std::string> output_names;  // for error messages
+  bool native;                             // MIGRAPHX_EP_NATIVE_RUN (read once, at Compile)
+  NativePlans plans;                       // per input dims: runs that need no Python
 
   static OrtStatus* ORT_API_CALL CreateStateImpl(OrtNodeComputeInfo* self, OrtNodeComputeContext* context,
                                                  void** state) noexcept;

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "factory.h"
+#include "native_run.h"
 #include "python_host.h"
 
 #ifndef MIGRAPHX_EP_ORT_INCLUDE_DIR  // set by CMake: the ORT headers this library was built against
@@ -107,4 +108,5 @@ PYBIND11_MODULE(_C, m) {
   m.def("embedded", &mgx::embedded_python,
         "True when the library started Python itself (loaded by a C/C++ host that had none)");
   m.def("build_info", &build_info, "ORT headers and Python the library was built against");
+  mgx::register_native(m);
 }

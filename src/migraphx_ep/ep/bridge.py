@@ -7,6 +7,7 @@ Backend protocol (default backend: the module ``migraphx_ep.ep.provider``; tests
     ep.get_capability(graph: dict) -> list[list[int]]      # groups of indices into graph["nodes"]
     ep.compile(graph: dict, fused_node_name: str) -> compiled
     compiled.run(inputs: list[np.ndarray]) -> list[np.ndarray]
+    compiled.native_plan(inputs) -> dict | None                # optional (csrc/native_run.h)
     compiled.release(), ep.release()                        # optional
     ep.set_session_config(session: dict[str, str])          # optional: the "ep.context_*" entries
     ep.ep_context(compiled, fused_node_name) -> dict        # optional: writing EPContext models
@@ -28,6 +29,8 @@ Calls from ORT, all with the GIL held (the shell takes it; ``session.run`` itsel
 - ``run(compiled, inputs)``: OrtNodeComputeInfo::Compute, possibly from several threads at once.
   Inputs are read-only zero-copy views of ORT's tensors, valid only during the call: copy what you keep.
   Return one array per output (numpy scalars / 0-d and 0-size arrays are fine); dtypes must match.
+- ``native_plan(compiled, inputs)`` right after a ``run`` (optional): a dict the shell keeps, keyed by
+  the inputs' dims, to run later calls with those dims natively (no Python); None: keep calling ``run``.
 - ``release(compiled)`` when ORT releases the compute infos; ``release_ep(ep)`` on ReleaseEp.
 
 Any exception raised becomes an ORT error status (ORT_FAIL) whose message carries the exception type and
@@ -148,6 +151,13 @@ def ep_context(ep: Any, compiled: Any, fused_node_name: str) -> dict:
 
 def run(compiled: Any, inputs: list[np.ndarray]) -> list[np.ndarray]:
     return list(compiled.run(inputs))
+
+
+def native_plan(compiled: Any, inputs: list[np.ndarray]) -> dict | None:
+    """After ``run(compiled, inputs)``: a plan for the shell's native Run path (csrc/native_run.h), or
+    None. Optional for backends."""
+    fn = getattr(compiled, "native_plan", None)
+    return fn(inputs) if callable(fn) else None
 
 
 def release(compiled: Any) -> None:

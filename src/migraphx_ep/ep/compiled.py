@@ -162,6 +162,18 @@ class CompiledSubgraph:
             b *= 2
 
     # -- running ----------------------------------------------------------------------------------
+    def native_plan(self, inputs: list[np.ndarray]) -> dict | None:
+        """After a Run of ``inputs``: how the C++ shell may run the same input dims again without Python
+        (``GpuExecutable.native_plan``); None when it cannot (value-specialised inputs, the ref target)."""
+        if self.value_inputs:
+            return None
+        with self._lock:
+            prog = self.programs.get(tuple(tuple(int(n) for n in a.shape) for a in inputs))
+        plan = getattr(getattr(prog, "_exe", None), "native_plan", None)
+        if plan is None:
+            return None
+        return plan(self.input_names, inputs, self.options.max_compiled_models)
+
     def check_inputs(self, inputs: list[np.ndarray]) -> ShapeKey:
         if len(inputs) != len(self.input_names):
             raise InputError(f"{self.name}: expected {len(self.input_names)} inputs, got {len(inputs)}")

@@ -348,6 +348,11 @@ class Graph:
     def launch(self, stream: int) -> None:
         check(cu.cuGraphLaunch(self._exec, stream), "cuGraphLaunch")
 
+    @property
+    def exec_handle(self) -> int:
+        """The CUgraphExec's address, for the shell's native Run path."""
+        return int(self._exec)
+
     def __del__(self) -> None:
         try:
             cu.cuGraphExecDestroy(self._exec)

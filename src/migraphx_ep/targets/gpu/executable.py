@@ -4,7 +4,8 @@ whole step list captured once as a CUDA graph.
 Run = copy inputs in, launch the graph, copy outputs out, on one stream, then one synchronisation (and a
 look at the kernels' error slots, ``errors.py``): a handful of driver calls whatever the model's size.
 Runs on one executable are serialised by a lock (they share the arena), so concurrent ``Run`` calls on
-one session give right answers.
+one session give right answers. Inside the EP, only a shape's first Run comes here: ``native_plan``
+tells the C++ shell how to do the same Run without Python (``csrc/native_run.h``), sharing the lock.
 """
 
 from __future__ import annotations
@@ -32,6 +33,17 @@ log = logging.getLogger("migraphx_ep.gpu")
 Launch = Callable[[int], None]
 
 
+def _run_lock() -> Any:
+    """The shell's RunLock (a C++ mutex the native Run path takes without the GIL), so Python and native
+    Runs of one executable exclude each other; a plain lock where the extension is not built."""
+    try:
+        from ... import _C
+
+        return _C.RunLock()
+    except (ImportError, AttributeError):
+        return threading.Lock()
+
+
 def _use_graphs() -> bool:
     return os.environ.get("MIGRAPHX_EP_DISABLE_CUDA_GRAPH", "0") in ("", "0")
 
@@ -51,7 +63,7 @@ class GpuExecutable:
         self.lowered = lowered
         self.allow_tf32 = allow_tf32
         self.param_shapes = param_shapes
-        self._lock = threading.Lock()
+        self._lock = _run_lock()
         self._local = threading.local()
         self.stream = cuda.Stream()
         artifacts = artifacts or {}
@@ -279,6 +291,43 @@ class GpuExecutable:
             self.stream.sync()
             self.errors.raise_if_set()
             return results
+
+    def native_plan(self, input_names: list[str], arrays: list[np.ndarray], capacity: int) -> dict | None:
+        """What the C++ shell needs to run this program without Python (``csrc/native_run.h``), for the
+        fused node's inputs ``input_names`` as given in ``arrays``; None when it cannot (no CUDA graph,
+        or an input whose bytes differ from the parameter's, e.g. a converted type)."""
+        if (self.graph is None and self._launches) or type(self._lock).__name__ != "RunLock":
+            return None
+        where = {name: (ptr, shape) for name, ptr, shape in self.inputs}
+        inputs = []
+        for name, arr in zip(input_names, arrays, strict=True):
+            if name not in where:
+                inputs.append((0, 0))
+                continue
+            ptr, shape = where[name]
+            if arr is None or shape.bytes() != arr.nbytes or tuple(shape.lens) != arr.shape:
+                return None
+            inputs.append((ptr, shape.bytes()))
+        outputs = []
+        for o in self.outputs:
+            if isinstance(o, np.ndarray):
+                raw = np.ascontiguousarray(o).tobytes()
+                outputs.append((raw, len(raw), [int(d) for d in o.shape]))
+            else:
+                ptr, shape = o
+                outputs.append((ptr, shape.bytes(), [int(d) for d in shape.lens]))
+        slots = self.errors.host
+        return {
+            "context": int(self.device.context),
+            "stream": self.stream.handle,
+            "graph": self.graph.exec_handle if self.graph is not None else 0,  # 0: nothing to launch
+            "inputs": inputs,
+            "outputs": outputs,
+            "errors": (slots.ctypes.data if slots.size else 0, int(slots.size)),
+            "lock": self._lock,
+            "owner": self,
+            "capacity": capacity,
+        }
 
     def artifacts(self) -> dict:
         """Kernel images and library plans: stored in a .mxr so a load compiles and searches nothing."""

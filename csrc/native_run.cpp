@@ -1,0 +1,192 @@
+#include "native_run.h"
+
+#include <pybind11/stl.h>
+
+#include <cstdlib>
+#include <cstring>
+
+namespace py = pybind11;
+
+namespace mgx {
+namespace {
+
+template <class T>
+T* handle_of(py::handle h) {
+  return reinterpret_cast<T*>(static_cast<uintptr_t>(h.cast<uint64_t>()));
+}
+
+}  // namespace
+
+size_t DimsKeyHash::operator()(const DimsKey& k) const noexcept {
+  size_t h = k.size();
+  for (int64_t v : k) h ^= std::hash<int64_t>{}(v) + 0x9e3779b97f4a7c15ULL + (h << 6) + (h >> 2);
+  return h;
+}
+
+std::shared_ptr<const NativePlan> NativePlans::find(const DimsKey& key) const {
+  std::lock_guard<std::mutex> g(mutex_);
+  auto it = plans_.find(key);
+  return it == plans_.end() ? nullptr : it->second;
+}
+
+void NativePlans::add(const DimsKey& key, py::handle obj) {
+  if (obj.is_none()) return;
+  py::dict d = py::reinterpret_borrow<py::dict>(obj);
+  {
+    std::lock_guard<std::mutex> g(mutex_);
+    if (plans_.count(key) != 0 || plans_.size() >= d["capacity"].cast<size_t>()) return;
+  }
+  auto plan = std::make_shared<NativePlan>();
+  plan->context = handle_of<void>(d["context"]);
+  plan->stream = handle_of<void>(d["stream"]);
+  plan->graph = handle_of<void>(d["graph"]);
+  for (py::handle in : d["inputs"]) {
+    py::tuple t = py::reinterpret_borrow<py::tuple>(in);
+    plan->inputs.push_back(t[0].cast<CuDevicePtr>());
+    plan->input_bytes.push_back(t[1].cast<size_t>());
+  }
+  for (py::handle out : d["outputs"]) {
+    py::tuple t = py::reinterpret_borrow<py::tuple>(out);  // (address | bytes, nbytes, dims)
+    NativeOutput o;
+    if (py::isinstance<py::bytes>(t[0])) {
+      o.constant = t[0].cast<std::string>();
+    } else {
+      o.ptr = t[0].cast<CuDevicePtr>();
+    }
+    o.nbytes = t[1].cast<size_t>();
+    o.dims = t[2].cast<std::vector<int64_t>>();
+    plan->outputs.push_back(std::move(o));
+  }
+  py::tuple errors = d["errors"];
+  plan->error_slots = handle_of<const int32_t>(errors[0]);
+  plan->n_error_slots = errors[1].cast<size_t>();
+  plan->lock = d["lock"].cast<std::shared_ptr<RunLock>>();
+  plan->owner = d["owner"];
+  std::lock_guard<std::mutex> g(mutex_);
+  plans_.emplace(key, std::move(plan));
+}
+
+void NativePlans::clear() noexcept {
+  std::unordered_map<DimsKey, std::shared_ptr<NativePlan>, DimsKeyHash> gone;
+  {
+    std::lock_guard<std::mutex> g(mutex_);
+    gone.swap(plans_);
+  }
+  // Destroyed here, under the caller's GIL: each owner's last reference may free an executable.
+}
+
+void NativePlans::abandon() noexcept {
+  std::lock_guard<std::mutex> g(mutex_);
+  for (auto& kv : plans_) {
+    kv.second->owner.release();  // leak one reference: Python is going away
+    kv.second->lock.reset();
+  }
+  plans_.clear();
+}
+
+bool read_dims_key(OrtKernelContext* ctx, size_t n_inputs, DimsKey& key) {
+  const OrtApi& ort = *api().ort;
+  key.clear();
+  for (size_t i = 0; i < n_inputs; ++i) {
+    const OrtValue* v = nullptr;
+    check(ort.KernelContext_GetInput(ctx, i, &v));
+    if (v == nullptr) {
+      key.push_back(-1);
+      continue;
+    }
+    int is_tensor = 0;
+    check(ort.IsTensor(v, &is_tensor));
+    if (!is_tensor) return false;
+    OrtTensorTypeAndShapeInfo* raw = nullptr;
+    check(ort.GetTensorTypeAndShape(v, &raw));
+    TensorInfoPtr info(raw);
+    size_t rank = 0;
+    check(ort.GetDimensionsCount(info.get(), &rank));
+    key.push_back(static_cast<int64_t>(rank));
+    const size_t at = key.size();
+    key.resize(at + rank);
+    if (rank != 0) check(ort.GetDimensions(info.get(), key.data() + at, rank));
+  }
+  return true;
+}
+
+bool run_native(const CudaDriver& cuda, const NativePlan& plan, OrtKernelContext* ctx, const std::string& label) {
+  const OrtApi& ort = *api().ort;
+  // Outputs first: ORT allocates them (host memory) before any device work, so a failure here leaves the
+  // device untouched.
+  std::vector<void*> dst(plan.outputs.size(), nullptr);
+  for (size_t i = 0; i < plan.outputs.size(); ++i) {
+    const NativeOutput& o = plan.outputs[i];
+    int64_t scalar = 0;
+    OrtValue* out = nullptr;
+    check(ort.KernelContext_GetOutput(ctx, i, o.dims.empty() ? &scalar : o.dims.data(), o.dims.size(), &out));
+    if (out == nullptr || o.nbytes == 0) continue;
+    check(ort.GetTensorMutableData(out, &dst[i]));
+  }
+  std::vector<const void*> src(plan.inputs.size(), nullptr);
+  for (size_t i = 0; i < plan.inputs.size(); ++i) {
+    if (plan.inputs[i] == 0 || plan.input_bytes[i] == 0) continue;
+    const OrtValue* v = nullptr;
+    check(ort.KernelContext_GetInput(ctx, i, &v));
+    size_t nbytes = 0;
+    check(ort.GetTensorSizeInBytes(v, &nbytes));
+    if (nbytes != plan.input_bytes[i]) {
+      throw OrtError(ORT_FAIL, label + ": input " + std::to_string(i) + " has " + std::to_string(nbytes) +
+                                   " bytes, the compiled program takes " + std::to_string(plan.input_bytes[i]));
+    }
+    void* data = nullptr;
+    check(ort.GetTensorMutableData(const_cast<OrtValue*>(v), &data));
+    src[i] = data;
+  }
+  std::lock_guard<std::mutex> run(plan.lock->mutex);
+  // ORT may call from any thread; the primary context must be current on this one.
+  cuda.check(cuda.ctx_set_current(plan.context), "cuCtxSetCurrent");
+  for (size_t i = 0; i < src.size(); ++i) {
+    if (src[i] != nullptr) {
+      cuda.check(cuda.memcpy_htod_async(plan.inputs[i], src[i], plan.input_bytes[i], plan.stream),
+                 "cuMemcpyHtoDAsync");
+    }
+  }
+  if (plan.graph != nullptr) cuda.check(cuda.graph_launch(plan.graph, plan.stream), "cuGraphLaunch");
+  for (size_t i = 0; i < dst.size(); ++i) {
+    const NativeOutput& o = plan.outputs[i];
+    if (dst[i] == nullptr) continue;
+    if (o.ptr == 0) {
+      std::memcpy(dst[i], o.constant.data(), o.nbytes);
+    } else {
+      cuda.check(cuda.memcpy_dtoh_async(dst[i], o.ptr, o.nbytes, plan.stream), "cuMemcpyDtoHAsync");
+    }
+  }
+  cuda.check(cuda.stream_synchronize(plan.stream), "cuStreamSynchronize");
+  for (size_t i = 0; i < plan.n_error_slots; ++i) {
+    if (plan.error_slots[i] != 0) return false;  // left set: the Python Run reports and clears it
+  }
+  return true;
+}
+
+bool native_run_enabled() noexcept {
+  const char* v = std::getenv("MIGRAPHX_EP_NATIVE_RUN");
+  return v == nullptr || (std::strcmp(v, "0") != 0 && std::strcmp(v, "") != 0);
+}
+
+void register_native(py::module_& m) {
+  py::class_<RunLock, std::shared_ptr<RunLock>>(
+      m, "RunLock", "The lock a gpu executable's Runs share with the shell's native Run path")
+      .def(py::init<>())
+      .def("__enter__",
+           [](RunLock& l) {
+             py::gil_scoped_release nogil;  // the holder may be a native Run that never takes the GIL
+             l.mutex.lock();
+           })
+      .def("__exit__", [](RunLock& l, const py::args&) { l.mutex.unlock(); });
+  m.def(
+      "cuda_driver_status",
+      [] {
+        std::string why;
+        return cuda_driver(&why) != nullptr ? std::string() : why;
+      },
+      "'' when the native Run path can reach the CUDA driver; otherwise why not");
+  m.def("native_run_enabled", &native_run_enabled, "False when MIGRAPHX_EP_NATIVE_RUN=0");
+}
+
+}  // namespace mgx

@@ -1,0 +1,91 @@
+// The native Run path: a compiled gpu program runs without entering Python.
+//
+// Python compiles (ep/compiled.py, targets/gpu/executable.py); after the first Run of a shape it hands
+// the shell a *plan* for that shape (bridge.native_plan): the device context and stream, the captured
+// CUDA graph, where each input goes in the arena, where each output is read from, the kernels' error
+// slots and the executable's run lock. Every later Compute with the same input dims is then: input
+// tensors -> arena (one async copy each), one graph launch, arena -> ORT's output tensors, one stream
+// synchronisation, a look at the error slots. No GIL, no Python objects, no staging copies.
+#pragma once
+
+#include <pybind11/pybind11.h>
+
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "cuda_driver.h"
+#include "ort_api.h"
+
+namespace mgx {
+
+// The lock a gpu executable's Runs share (they share its arena and stream): taken by the Python path
+// (`with lock:`, the GIL released while waiting) and by the native path (no GIL) alike, so both kinds of
+// Run can be in flight on one session. Exposed to Python as migraphx_ep._C.RunLock.
+struct RunLock {
+  std::mutex mutex;
+};
+
+struct NativeOutput {
+  CuDevicePtr ptr = 0;         // 0: a constant, copied from `constant`
+  std::string constant;        // the bytes of an output computed at compile time
+  size_t nbytes = 0;
+  std::vector<int64_t> dims;
+};
+
+struct NativePlan {
+  CuHandle context = nullptr;
+  CuHandle stream = nullptr;
+  CuHandle graph = nullptr;  // null: nothing to launch (every output is a constant)
+  std::vector<CuDevicePtr> inputs;   // per fused-node input: its arena address (0: the program ignores it)
+  std::vector<size_t> input_bytes;
+  std::vector<NativeOutput> outputs;
+  const int32_t* error_slots = nullptr;  // mapped host memory the kernels write (errors.py)
+  size_t n_error_slots = 0;
+  std::shared_ptr<RunLock> lock;
+  pybind11::object owner;  // the executable: keeps the arena, graph and slots alive; released under the GIL
+};
+
+// Input dims of one Compute call (rank, dims... per input; -1 for a missing optional input).
+using DimsKey = std::vector<int64_t>;
+
+struct DimsKeyHash {
+  size_t operator()(const DimsKey& k) const noexcept;
+};
+
+// The plans of one fused node, by input dims. Plans are never evicted (the executables they hold stay
+// alive with the session); at most `capacity` are kept (the EP's max_compiled_models), beyond which a new
+// shape keeps running through Python.
+class NativePlans {
+ public:
+  std::shared_ptr<const NativePlan> find(const DimsKey& key) const;
+  // Under the GIL: parse bridge.native_plan's answer (None: this program cannot run natively) and keep it.
+  void add(const DimsKey& key, pybind11::handle plan);
+  // Under the GIL, at release: drop the Python references.
+  void clear() noexcept;
+  // Interpreter shutdown: forget the Python references without touching Python.
+  void abandon() noexcept;
+
+ private:
+  mutable std::mutex mutex_;
+  std::unordered_map<DimsKey, std::shared_ptr<NativePlan>, DimsKeyHash> plans_;
+};
+
+// Reads the input dims of `ctx` into `key`; false when an input is not a tensor in CPU memory the native
+// path can copy from (then Python runs it).
+bool read_dims_key(OrtKernelContext* ctx, size_t n_inputs, DimsKey& key);
+
+// Runs `plan`. Returns false, having written nothing ORT can see as a result, when a kernel reported an
+// error through its slot: the caller then runs the inputs through Python, which raises the ref's error.
+bool run_native(const CudaDriver& cuda, const NativePlan& plan, OrtKernelContext* ctx, const std::string& label);
+
+// Whether Compute may take the native path at all (MIGRAPHX_EP_NATIVE_RUN=0 turns it off, for A/B
+// measurements and debugging).
+bool native_run_enabled() noexcept;
+
+void register_native(pybind11::module_& m);
+
+}  // namespace mgx

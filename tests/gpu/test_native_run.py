@@ -1,0 +1,156 @@
+"""The shell's native Run path (csrc/native_run.h) on the GPU: after a shape's first Run, Compute runs the
+captured graph without entering Python, with right answers, device errors still raised, concurrent Runs
+exclusive with Python Runs, and MIGRAPHX_EP_NATIVE_RUN=0 as the off switch."""
+
+from __future__ import annotations
+
+import os
+import threading
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto
+from onnx import helper as oh
+
+import migraphx_ep  # noqa: F401 - registers and routes the EP
+from conftest import make_model, tensor
+from migraphx_ep.ep import bridge
+from test_models_ep import MODELS, feeds_for
+
+pytestmark = pytest.mark.gpu
+
+EP = "MIGraphXExecutionProvider"
+GPU = {"migraphx_target": "gpu", "migraphx_tf32_enable": "0"}
+
+
+@pytest.fixture
+def python_runs(monkeypatch):
+    """Counts the Compute calls that reach Python (the shell looks ``bridge.run`` up on every call)."""
+    calls = {"n": 0}
+    real = bridge.run
+
+    def counted(compiled, inputs):
+        calls["n"] += 1
+        return real(compiled, inputs)
+
+    monkeypatch.setattr(bridge, "run", counted)
+    return calls
+
+
+def _bert() -> tuple[bytes, onnx.ModelProto]:
+    model = onnx.load(os.path.join(MODELS, "bert.onnx"))
+    return model.SerializeToString(), model
+
+
+def _session(blob: bytes) -> ort.InferenceSession:
+    return ort.InferenceSession(blob, providers=[(EP, GPU), "CPUExecutionProvider"])
+
+
+def _cpu(blob: bytes, feeds: dict) -> list[np.ndarray]:
+    return ort.InferenceSession(blob, providers=["CPUExecutionProvider"]).run(None, feeds)
+
+
+def _close(got: list[np.ndarray], want: list[np.ndarray]) -> None:
+    for g, w in zip(got, want, strict=True):
+        assert g.shape == w.shape and g.dtype == w.dtype
+        np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-4 * float(np.abs(w).max()))
+
+
+def test_repeat_runs_skip_python_and_stay_right(python_runs):
+    blob, model = _bert()
+    sess = _session(blob)
+    feeds = [feeds_for(model, batch=2, seq=9, seed=s) for s in range(4)]
+    for f in feeds:  # one shape: the first Run compiles in Python, the rest are native
+        _close(sess.run(None, f), _cpu(blob, f))
+    assert python_runs["n"] == 1
+    other = feeds_for(model, batch=3, seq=5, seed=7)  # a new shape: Python once more, then native
+    for _ in range(3):
+        _close(sess.run(None, other), _cpu(blob, other))
+    assert python_runs["n"] == 2
+    _close(sess.run(None, feeds[0]), _cpu(blob, feeds[0]))  # the first plan is still there
+    assert python_runs["n"] == 2
+
+
+def test_switch_off(python_runs, monkeypatch):
+    monkeypatch.setenv("MIGRAPHX_EP_NATIVE_RUN", "0")  # read when the session compiles
+    blob, model = _bert()
+    sess = _session(blob)
+    f = feeds_for(model, batch=2, seq=9)
+    for _ in range(3):
+        _close(sess.run(None, f), _cpu(blob, f))
+    assert python_runs["n"] == 3
+
+
+def _gather_model() -> bytes:
+    table = oh.make_tensor("table", TensorProto.FLOAT, [5, 3], np.arange(15, dtype=np.float32).tolist())
+    return make_model(
+        [oh.make_node("Gather", ["table", "idx"], ["g"]), oh.make_node("Relu", ["g"], ["y"])],
+        [tensor("idx", TensorProto.INT64, [4])],
+        [tensor("y", TensorProto.FLOAT, [4, 3])],
+        [table],
+    )
+
+
+def test_device_error_after_native_runs(python_runs):
+    """An index out of range found by a kernel on the native path is raised as the ref raises it, and the
+    session keeps working."""
+    blob = _gather_model()
+    sess = _session(blob)
+    good = {"idx": np.array([0, 4, 2, -1], np.int64)}
+    for _ in range(2):
+        _close(sess.run(None, good), _cpu(blob, good))
+    assert python_runs["n"] == 1
+    with pytest.raises(Exception, match="out of range|out of bounds"):
+        sess.run(None, {"idx": np.array([0, 5, 1, 1], np.int64)})
+    _close(sess.run(None, good), _cpu(blob, good))
+
+
+def test_constant_outputs_native(python_runs):
+    """An output computed at compile time is copied by the shell too (here Abs(c) is a partition of its
+    own with no inputs and nothing to launch)."""
+    c = oh.make_tensor("c", TensorProto.FLOAT, [2], [1.5, -2.0])
+    blob = make_model(
+        [oh.make_node("Relu", ["x"], ["y"]), oh.make_node("Abs", ["c"], ["k"])],
+        [tensor("x", TensorProto.FLOAT, [2, 3])],
+        [tensor("y", TensorProto.FLOAT, [2, 3]), tensor("k", TensorProto.FLOAT, [2])],
+        [c],
+    )
+    so = ort.SessionOptions()
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL  # keep Abs(c) for the EP
+    sess = ort.InferenceSession(blob, so, providers=[(EP, GPU), "CPUExecutionProvider"])
+    x = np.array([[-1, 2, -3], [4, -5, 6]], np.float32)
+    first = 0
+    for _ in range(3):
+        y, k = sess.run(None, {"x": x})
+        np.testing.assert_array_equal(y, np.maximum(x, 0))
+        np.testing.assert_array_equal(k, [1.5, 2.0])
+        first = first or python_runs["n"]
+    assert 1 <= first == python_runs["n"]  # each partition's first Run only
+
+
+def test_threads_mix_native_and_python_runs():
+    """Threads run one session at two shapes while new shapes compile: every answer is right (the native
+    and Python Runs of one executable share its lock)."""
+    blob, model = _bert()
+    sess = _session(blob)
+    shapes = [(1, 7), (2, 9), (3, 4), (2, 16)]
+    feeds = {s: feeds_for(model, batch=s[0], seq=s[1], seed=sum(s)) for s in shapes}
+    want = {s: _cpu(blob, f) for s, f in feeds.items()}
+    errors: list[BaseException] = []
+    lock = threading.Lock()
+
+    def work(k: int) -> None:
+        for j in range(12):
+            s = shapes[(k + j) % len(shapes)]
+            try:
+                _close(sess.run(None, feeds[s]), want[s])
+            except BaseException as e:  # noqa: BLE001 - reported below
+                with lock:
+                    errors.append(e)
+
+    with ThreadPoolExecutor(4) as ex:
+        list(ex.map(work, range(4)))
+    assert not errors, errors[:3]

@@ -1,0 +1,89 @@
+"""Host-side pieces of the shell's native Run path (csrc/native_run.h) that need no GPU: the shared run
+lock, the off switch, and which backends offer plans. The path itself is tested on the GPU machine
+(tests/gpu/test_native_run.py)."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import numpy as np
+import onnxruntime as ort
+from onnx import TensorProto
+from onnx import helper as oh
+
+import migraphx_ep  # noqa: F401 - registers and routes the EP
+from conftest import make_model, tensor
+from migraphx_ep import _C
+from migraphx_ep.ep import bridge
+
+
+def test_run_lock_excludes_and_lets_python_run_while_waiting():
+    lock = _C.RunLock()
+    order: list[str] = []
+    held = threading.Event()
+
+    def holder() -> None:
+        with lock:
+            held.set()
+            time.sleep(0.2)
+            order.append("holder done")
+
+    t = threading.Thread(target=holder)
+    t.start()
+    held.wait()
+    ticks = []
+    ticker = threading.Thread(target=lambda: [ticks.append(time.sleep(0.01)) for _ in range(5)])
+    ticker.start()  # must make progress while the main thread waits on the lock (GIL released)
+    with lock:
+        order.append("waiter in")
+    ticker.join()
+    t.join()
+    assert order == ["holder done", "waiter in"]
+    assert len(ticks) == 5
+
+
+def test_off_switch(monkeypatch):
+    monkeypatch.delenv("MIGRAPHX_EP_NATIVE_RUN", raising=False)
+    assert _C.native_run_enabled()
+    monkeypatch.setenv("MIGRAPHX_EP_NATIVE_RUN", "0")
+    assert not _C.native_run_enabled()
+
+
+def test_driver_status_is_a_reason_or_empty():
+    status = _C.cuda_driver_status()
+    assert isinstance(status, str)
+    if status:
+        assert "libcuda" in status
+
+
+def test_backends_without_plans_keep_the_python_path(monkeypatch):
+    """The ref target offers no plan: every Run goes through bridge.run, with right answers."""
+    calls = {"run": 0, "plans": []}
+    real_run, real_plan = bridge.run, bridge.native_plan
+
+    def run(compiled, inputs):
+        calls["run"] += 1
+        return real_run(compiled, inputs)
+
+    def plan(compiled, inputs):
+        p = real_plan(compiled, inputs)
+        calls["plans"].append(p)
+        return p
+
+    monkeypatch.setattr(bridge, "run", run)
+    monkeypatch.setattr(bridge, "native_plan", plan)
+    blob = make_model(
+        [oh.make_node("Relu", ["x"], ["y"])],
+        [tensor("x", TensorProto.FLOAT, [2, 3])],
+        [tensor("y", TensorProto.FLOAT, [2, 3])],
+    )
+    sess = ort.InferenceSession(
+        blob, providers=[("MIGraphXExecutionProvider", {"migraphx_target": "ref"}), "CPUExecutionProvider"]
+    )
+    x = np.array([[-1, 2, -3], [4, -5, 6]], np.float32)
+    for _ in range(3):
+        np.testing.assert_array_equal(sess.run(None, {"x": x})[0], np.maximum(x, 0))
+    assert calls["run"] == 3
+    assert all(p is None for p in calls["plans"])  # asked only where a CUDA driver exists
+    assert bridge.native_plan(object(), [x]) is None  # a backend without native_plan

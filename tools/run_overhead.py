@@ -1,0 +1,127 @@
+"""What a ``sess.run`` costs on top of the program's own CUDA-graph replay, with the shell's native Run path
+on and off (``MIGRAPHX_EP_NATIVE_RUN``), measured in one process on the same inputs. Usage:
+
+    python tools/run_overhead.py [resnet50 | squeezenet | MODEL.onnx ...] [--fp16] [--runs 200]
+        [--batch N] [--json OUT.jsonl]
+
+A name without ``.onnx`` is one of ``migraphx_ep.testing``'s light models (real-size, random weights).
+Symbolic dims are set to ``--batch`` (first dim) and ``--seq`` (others).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import time
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+
+import migraphx_ep
+from migraphx_ep.ep import bridge
+from migraphx_ep.testing import light_model
+
+EP = migraphx_ep.get_ep_name()
+
+
+def _model(name: str) -> onnx.ModelProto:
+    return onnx.load(name) if name.endswith(".onnx") else light_model(name)
+
+
+def _feeds(model: onnx.ModelProto, batch: int, seq: int) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(0)
+    inits = {t.name for t in model.graph.initializer}
+    feeds = {}
+    for vi in model.graph.input:
+        if vi.name in inits:
+            continue
+        tt = vi.type.tensor_type
+        dims = [d.dim_value if d.HasField("dim_value") else (batch if i == 0 else seq)
+                for i, d in enumerate(tt.shape.dim)]  # fmt: skip
+        dt = onnx.helper.tensor_dtype_to_np_dtype(tt.elem_type)
+        if np.issubdtype(dt, np.integer):
+            feeds[vi.name] = rng.integers(0, 2, dims).astype(dt)  # valid ids, token types, masks
+        else:
+            feeds[vi.name] = rng.standard_normal(dims).astype(dt)
+    return feeds
+
+
+def _median_ms(fn, runs: int) -> float:
+    for _ in range(10):
+        fn()
+    ts = []
+    for _ in range(runs):
+        t = time.perf_counter()
+        fn()
+        ts.append(time.perf_counter() - t)
+    return float(np.median(ts) * 1e3)
+
+
+def measure(name: str, fp16: bool, runs: int, batch: int, seq: int) -> dict:
+    model = _model(name)
+    blob = model.SerializeToString()
+    feeds = _feeds(model, batch, seq)
+    options = {"migraphx_target": "gpu", "migraphx_fp16_enable": "1" if fp16 else "0"}
+    compiled: list = []
+    real_compile = bridge.compile
+
+    def keep(ep, graph, fused):  # to reach the session's own executable for the replay timing
+        c = real_compile(ep, graph, fused)
+        compiled.append(c)
+        return c
+
+    row: dict = {"model": os.path.basename(name), "fp16": fp16, "batch": batch}
+    outs = {}
+    for native in ("1", "0"):
+        os.environ["MIGRAPHX_EP_NATIVE_RUN"] = native  # read when the session compiles
+        bridge.compile = keep
+        try:
+            sess = ort.InferenceSession(blob, providers=[(EP, options), "CPUExecutionProvider"])
+        finally:
+            bridge.compile = real_compile
+        outs[native] = sess.run(None, feeds)
+        key = "native_ms" if native == "1" else "python_ms"
+        row[key] = _median_ms(lambda s=sess: s.run(None, feeds), runs)
+    os.environ.pop("MIGRAPHX_EP_NATIVE_RUN")
+    # Two sessions may time different library algorithms, so bits can differ; values may not.
+    for a, b in zip(outs["1"], outs["0"], strict=True):
+        scale = float(np.abs(b.astype(np.float64)).max()) if b.size else 0.0
+        np.testing.assert_allclose(
+            a, b, rtol=2e-2, atol=2e-2 * scale, err_msg="native and Python Runs disagree"
+        )
+    exes = [p._exe for c in compiled[:1] for p in c.programs.values()]
+    row["partitions"] = len(compiled) // 2
+    if len(exes) == 1 and getattr(exes[0], "graph", None) is not None:
+        exe = exes[0]
+
+        def replay() -> None:
+            exe.graph.launch(exe.stream.handle)
+            exe.stream.sync()
+
+        row["graph_ms"] = _median_ms(replay, runs)
+        row["native_overhead_us"] = (row["native_ms"] - row["graph_ms"]) * 1e3
+        row["python_overhead_us"] = (row["python_ms"] - row["graph_ms"]) * 1e3
+    return row
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("models", nargs="*", default=["resnet50"])
+    ap.add_argument("--fp16", action="store_true")
+    ap.add_argument("--runs", type=int, default=200)
+    ap.add_argument("--batch", type=int, default=1)
+    ap.add_argument("--seq", type=int, default=128)
+    ap.add_argument("--json", help="append one JSON row per model here")
+    a = ap.parse_args()
+    for name in a.models:
+        row = measure(name, a.fp16, a.runs, a.batch, a.seq)
+        print(" ".join(f"{k}={v:.3f}" if isinstance(v, float) else f"{k}={v}" for k, v in row.items()))
+        if a.json:
+            with open(a.json, "a") as f:
+                f.write(json.dumps(row) + "\n")
+
+
+if __name__ == "__main__":
+    main()
