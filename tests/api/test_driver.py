@@ -213,3 +213,37 @@ def test_cli_failures_are_one_error_line_never_a_traceback(tmp_path):
         r = cli(*bad)
         assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
         assert r.stderr.splitlines() == [r.stderr.strip()] and r.stderr.startswith("error: argument ")
+
+
+def _time_table(stdout: str) -> list[list[str]]:
+    """The rows of the --time table (after its title and header), split into words."""
+    lines = stdout.splitlines()
+    start = lines.index("compile time (ref target), by stage:")
+    assert lines[start + 1].split() == ["stage", "seconds", "share", "counts"]
+    end = next(i for i in range(start, len(lines)) if lines[i].startswith("total"))
+    return [line.split() for line in lines[start + 2 : end + 1]]
+
+
+def test_cli_compile_time_by_stage_on_ref():
+    dims = [a for n in ("input_ids", "attention_mask", "token_type_ids") for a in ("--input-dim", f"{n}:2,8")]
+    r = cli("compile", os.path.join(MODELS, "bert.onnx"), "--ref", "--time", "-q", *dims)
+    assert r.returncode == 0, r.stderr
+    rows = _time_table(r.stdout)
+    # The ref target parses and runs passes; gpu stages (lowering, nvrtc...) did not run: left out.
+    assert [row[0] for row in rows] == ["load", "parse", "passes", "other", "total"]
+    seconds = [float(row[1]) for row in rows]
+    shares = [float(row[2].rstrip("%")) for row in rows]
+    assert seconds[-1] > 0 and abs(sum(seconds[:-1]) - seconds[-1]) <= 0.003  # the stages add up
+    assert abs(sum(shares[:-1]) - 100.0) <= 0.3 and shares[-1] == 100.0
+    assert seconds[2] > 0  # the passes really ran
+    assert r.stdout.splitlines()[-1].startswith("total")  # the program first, the table at the end
+    assert "@return(" in r.stdout.split("compile time")[0]
+    r = cli("compile", os.path.join(MODELS, "bert.onnx"), "--ref", "-q", *dims)
+    assert r.returncode == 0 and "compile time" not in r.stdout  # only when asked
+
+
+def test_run_time_by_stage_comes_before_the_outputs(model, capsys):
+    assert driver.main(["run", model, "--ref", "--default-dim", "2", "--fp16", "--time", "-q"]) == 0
+    out = capsys.readouterr().out
+    assert [row[0] for row in _time_table(out)] == ["load", "parse", "quantize", "passes", "other", "total"]
+    assert out.index("compile time") < out.index("output 0:")

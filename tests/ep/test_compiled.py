@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import logging
+import re
+
 import numpy as np
 import pytest
 from onnx import TensorProto as T
@@ -144,3 +147,20 @@ def test_value_specialisation_learns_every_needed_input():
         got = c.run([x, np.array([s], np.int64), np.array([e], np.int64)])[0]
         np.testing.assert_array_equal(got, x[s:e])
     assert c.value_inputs == [1, 2] and c.compiles == 2
+
+
+def test_every_compile_logs_what_it_cost(caplog):
+    c = compiled()
+    with caplog.at_level(logging.INFO, logger="migraphx_ep"):
+        for n in (2, 5, 2):  # the repeat is a cached program: no compile, no line
+            c.run([np.ones((n, 3), np.float32)])
+    lines = [r.getMessage() for r in caplog.records if "compiled for" in r.getMessage()]
+    assert len(lines) == c.compiles == 2
+    for n, line in zip((2, 5), lines, strict=True):
+        m = re.fullmatch(
+            rf"MIGraphXExecutionProvider: compiled for ref, inputs x\[{n}, 3\], in (\S+) s: (.*)", line
+        )
+        assert m, line
+        stages = dict(re.findall(r"(\w+) ([\d.]+) s", m.group(2)))
+        assert "passes" in stages and "nvrtc" not in stages  # the ref target compiles no kernels
+        assert sum(float(s) for s in stages.values()) <= float(m.group(1)) + 0.004

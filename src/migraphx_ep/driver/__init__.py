@@ -3,6 +3,7 @@
 Commands: read (print the program), params (input names and shapes), compile (print the compiled
 program; ``-o`` saves it), run (random inputs, output summary), perf (timing, per-instruction table),
 verify (target vs ref on random inputs; ``--bisect`` finds the first differing instruction).
+``--time`` prints the compile's seconds per stage, with NVRTC kernels compiled and cache hits.
 Integer inputs that index a gather (token ids, embedding rows) are drawn inside what they index.
 Exit status: 0 success, 1 failure (or a verify mismatch), 2 bad command line; every failure is one
 ``error: ...`` line on stderr.
@@ -90,6 +91,13 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--bisect", action="store_true", help="verify: find the first differing instruction")
     ap.add_argument("--exhaustive-tune", action="store_true", help="compile with exhaustive tuning")
     ap.add_argument("--disable-fast-math", action="store_true", help="compile without fast math")
+    ap.add_argument(
+        "--time",
+        action="store_true",
+        help="compile/run/perf: print where the compile's time went, stage by stage (load, parse, passes, "
+        "lowering, nvrtc with kernels compiled and cache hits, library search, weights upload, graph "
+        "capture...; stages that did not run are left out)",
+    )
     ap.add_argument("-q", "--quiet", action="store_true", help="no progress messages on stderr")
     return ap
 

@@ -7,6 +7,7 @@ import os
 import sys
 import time
 from collections import defaultdict
+from contextlib import AbstractContextManager, nullcontext
 
 import numpy as np
 
@@ -18,6 +19,7 @@ from ..ir.program import Program
 from ..migraphx import parse_onnx
 from ..quantize import quantize_fp16
 from ..targets import TargetError, get_target
+from ..timing import CompileTimes, record, stage
 from .inputs import generate_driver_inputs
 from .verify import bisect, verify_program
 
@@ -44,24 +46,35 @@ def _input_dims(specs: list[str]) -> dict[str, list[int]]:
     return dims
 
 
+def _timed(args: argparse.Namespace) -> AbstractContextManager:
+    """With --time, the load and the compile add to one record, printed once the program is compiled."""
+    if not args.time:
+        return nullcontext()
+    if getattr(args, "compile_times", None) is None:
+        args.compile_times = CompileTimes()
+    return record(into=args.compile_times)
+
+
 def load_program(args: argparse.Namespace) -> Program:
     path = args.model
     try:
         is_mxr = os.path.isfile(path) and _has_mxr_signature(path)
-        if is_mxr:
-            log(args, f"loading {path}")
-            prog = mxr.load(path, format=None)
-        else:
-            log(args, f"parsing {path}")
-            prog = parse_onnx(
-                path, default_dim_value=args.default_dim, map_input_dims=_input_dims(args.input_dim)
-            ).ir
+        with _timed(args), stage("load"):  # reading the file and ONNX shape inference; parse is its own
+            if is_mxr:
+                log(args, f"loading {path}")
+                prog = mxr.load(path, format=None)
+            else:
+                log(args, f"parsing {path}")
+                prog = parse_onnx(
+                    path, default_dim_value=args.default_dim, map_input_dims=_input_dims(args.input_dim)
+                ).ir
     except (ValueError, TypeError, OSError) as e:  # ParseError, MxrError, ShapeError are ValueErrors
         raise DriverError(str(e)) from e
     if args.fp16:
         if prog.is_compiled():
             raise DriverError("--fp16: the program is already compiled")
-        quantize_fp16(prog)
+        with _timed(args), stage("quantize"):
+            quantize_fp16(prog)
     return prog
 
 
@@ -95,9 +108,18 @@ def compile_program(args: argparse.Namespace, prog: Program) -> Program:
     t = pick_target(args)
     log(args, f"compiling for {t.name}")
     t0 = time.perf_counter()
-    prog.compile(t, fast_math=not args.disable_fast_math, exhaustive_tune=args.exhaustive_tune)
+    with _timed(args):
+        prog.compile(t, fast_math=not args.disable_fast_math, exhaustive_tune=args.exhaustive_tune)
     log(args, f"compiled in {(time.perf_counter() - t0) * 1e3:.1f} ms")
     return prog
+
+
+def print_times(args: argparse.Namespace, prog: Program) -> None:
+    """With --time, the table of where the load and compile went (for a loaded .mxr: the load alone)."""
+    if args.time:
+        print(
+            f"compile time ({prog.target_name} target), by stage:\n{args.compile_times.table()}", flush=True
+        )
 
 
 def _inputs(args: argparse.Namespace, prog: Program) -> dict[str, np.ndarray]:
@@ -129,6 +151,7 @@ def cmd_params(args: argparse.Namespace) -> int:
 def cmd_compile(args: argparse.Namespace) -> int:
     prog = compile_program(args, load_program(args))
     print(prog)
+    print_times(args, prog)  # after the program, which can be thousands of lines
     _save(args, prog)
     return 0
 
@@ -156,7 +179,8 @@ def summarize(n: int, x: np.ndarray) -> str:
 def cmd_run(args: argparse.Namespace) -> int:
     prog = load_program(args)
     inputs = _inputs(args, prog)
-    outs = compile_program(args, prog).run_numpy(inputs)
+    print_times(args, compile_program(args, prog))
+    outs = prog.run_numpy(inputs)
     for n, x in enumerate(outs):
         print(summarize(n, x))
     return 0
@@ -186,6 +210,7 @@ def cmd_perf(args: argparse.Namespace) -> int:
     prog = load_program(args)
     inputs = _inputs(args, prog)
     prog = compile_program(args, prog)
+    print_times(args, prog)
     n = max(1, args.iterations)
     prog.run_numpy(inputs)  # warm-up: first-run allocations and caches stay out of the numbers
     t0 = time.perf_counter()

@@ -19,8 +19,10 @@ from ..ir.dtypes import DType, from_onnx, to_numpy
 from ..ir.instruction import Instruction
 from ..ir.program import Program
 from ..ir.shape import Shape
+from ..timing import record
 from .cache import ProgramStore, graph_fingerprint, program_key
 from .options import EpOptions
+from .subgraphs import EP_NAME
 
 log = logging.getLogger("migraphx_ep")
 
@@ -107,10 +109,15 @@ class CompiledSubgraph:
             if loaded is not None:
                 self.loads += 1
                 return loaded
-        parsed = parse_graph(self.graph, shapes, specialize=True, input_values=values)
-        prog = parsed.program
-        self._compile_program(prog, self.options, parsed.values)
+        # Every new input shape compiles anew: the log says what each one cost, and where the time went.
+        with record() as times:
+            parsed = parse_graph(self.graph, shapes, specialize=True, input_values=values)
+            prog = parsed.program
+            self._compile_program(prog, self.options, parsed.values)
         self.compiles += 1
+        named = [f"{n}{list(d)}" for n, d in zip(self.input_names, dims, strict=True)]
+        inputs = ", ".join(named[:6]) + (f" and {len(named) - 6} more" if len(named) > 6 else "")  # KV caches
+        log.info("%s: compiled for %s, inputs %s, in %s", EP_NAME, prog.target_name, inputs, times.summary())
         if pkey is not None:
             self.store.store(pkey, prog, self.name)  # type: ignore[union-attr]
         return prog

@@ -14,6 +14,7 @@ from ..ir.instruction import Instruction
 from ..ir.program import Program
 from ..quantize import quantize_bf16, quantize_fp16
 from ..targets import TargetError, get_target
+from ..timing import stage
 from .cache import ProgramStore
 from .calibration import load_table, quantize_with_table
 from .compiled import CompiledSubgraph
@@ -114,14 +115,10 @@ class MIGraphXEp:
     def compile_program(
         self, prog: Program, options: EpOptions, tensors: Mapping[str, Instruction] | None = None
     ) -> None:
-        if self.calibration is not None:
-            # Before fp16/bf16, as the real EP: the scales belong to the model's float tensors.
-            qtype = DType.int8_type if options.int8_enable else DType.fp8e4m3fn_type
-            quantize_with_table(prog, tensors or {}, self.calibration, qtype, EP_NAME)
-        if options.fp16_enable:
-            quantize_fp16(prog)
-        elif options.bf16_enable:
-            quantize_bf16(prog)
+        # Timed and logged per new shape by the caller (CompiledSubgraph._build), parse included.
+        if self.calibration is not None or options.fp16_enable or options.bf16_enable:
+            with stage("quantize"):
+                self._quantize(prog, options, tensors)
         target = self.target()
         if self.target_name == "gpu":
             from ..targets.gpu.lowering import unsupported
@@ -134,6 +131,16 @@ class MIGraphXEp:
                 log.warning("%s: %s; this subgraph runs on the ref target (CPU) instead", EP_NAME, reason)
                 target = get_target("ref")
         prog.compile(target, exhaustive_tune=options.exhaustive_tune)
+
+    def _quantize(self, prog: Program, options: EpOptions, tensors: Mapping[str, Instruction] | None) -> None:
+        if self.calibration is not None:
+            # Before fp16/bf16, as the real EP: the scales belong to the model's float tensors.
+            qtype = DType.int8_type if options.int8_enable else DType.fp8e4m3fn_type
+            quantize_with_table(prog, tensors or {}, self.calibration, qtype, EP_NAME)
+        if options.fp16_enable:
+            quantize_fp16(prog)
+        elif options.bf16_enable:
+            quantize_bf16(prog)
 
     def target(self):
         if self.target_name == "gpu":

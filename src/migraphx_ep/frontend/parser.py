@@ -18,6 +18,7 @@ from ..ir.instruction import Instruction
 from ..ir.module import Module
 from ..ir.program import Program
 from ..ir.shape import Shape, ShapeError
+from ..timing import stage
 from .context import NodeDesc, ParseContext
 from .table import DimMismatch, NeedsValue, Unsupported, lookup
 
@@ -395,7 +396,8 @@ def parse_graph(
     gp = GraphParser(
         prog, input_shapes, resolve_dim, tolerant, claimed, group_of, specialize, input_values, check
     )
-    outs = gp.parse(graph, main)
+    with stage("parse"):
+        outs = gp.parse(graph, main)
     ret = [outs[n] for n in graph["outputs"] if outs.get(n) is not None]
     main.add_return(ret)
     return ParseResult(prog, gp.refused, outs, gp.needs_values, gp.values, gp.pins)

@@ -1,7 +1,7 @@
 """Runs pass pipelines, with env switches to trace, time, disable passes and validate after each.
 
 MIGRAPHX_EP_TRACE_PASSES=1     print the module after every pass that changed it
-MIGRAPHX_EP_TIME_PASSES=1      log each pass's wall time
+MIGRAPHX_EP_TIME_PASSES=1      log each pass's wall time (all passes together: stage ``passes`` of ``timing``)
 MIGRAPHX_EP_DISABLE_PASSES=a,b skip passes by name
 MIGRAPHX_EP_VALIDATE_PASSES=1  validate() the module after every pass (also on under pytest)
 """
@@ -16,6 +16,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from ..ir.module import Module, ModuleError
+from ..timing import stage
 
 log = logging.getLogger("migraphx_ep.passes")
 
@@ -34,6 +35,11 @@ def _env_on(name: str) -> bool:
 
 
 def run_passes(module: Module, passes: Sequence[Pass]) -> None:
+    with stage("passes"):
+        _run_passes(module, passes)
+
+
+def _run_passes(module: Module, passes: Sequence[Pass]) -> None:
     disabled = {p.strip() for p in os.environ.get("MIGRAPHX_EP_DISABLE_PASSES", "").split(",") if p.strip()}
     trace = _env_on("MIGRAPHX_EP_TRACE_PASSES")
     timing = _env_on("MIGRAPHX_EP_TIME_PASSES")

@@ -13,6 +13,7 @@ import msgpack
 
 from ...ir.program import CompileOptions, Program
 from ...passes import Pass, run_passes
+from ...timing import stage
 
 log = logging.getLogger("migraphx_ep.gpu")
 
@@ -80,10 +81,12 @@ class GpuTarget:
         if artifacts is None:
             for m in prog.modules.values():
                 run_passes(m, self.get_passes(options))
-        device = self._device()
-        use_blas, use_dnn = _libraries()
+        with stage("device setup"):  # the first compile in a process creates the context, loads libraries
+            device = self._device()
+            use_blas, use_dnn = _libraries()
         main = prog.get_main_module()
-        lowered = lower(main, use_blas, use_dnn)
+        with stage("lowering"):
+            lowered = lower(main, use_blas, use_dnn)
         return GpuExecutable(
             lowered,
             device,

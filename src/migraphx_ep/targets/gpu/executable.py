@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 
 from ...ir.dtypes import to_numpy
+from ...timing import carry, count, stage
 from . import cuda
 from .errors import DeviceErrors
 from .kernels.spec import KernelSpec, Unsupported
@@ -69,9 +70,11 @@ class GpuExecutable:
         artifacts = artifacts or {}
         self._images: dict[str, bytes] = dict(artifacts.get("kernels", {}))
         self._plans: dict[str, dict] = dict(artifacts.get("plans", {}))
-        self.arena_bytes = plan_lowered(lowered)
+        with stage("memory plan"):
+            self.arena_bytes = plan_lowered(lowered)
         self.arena = cuda.alloc(self.arena_bytes)
-        self._upload_weights()
+        with stage("weights upload"):
+            self._upload_weights()
         self.errors = DeviceErrors([s.spec for s in lowered.steps if isinstance(s, KernelStep)])
         launches = self._bind()
         self.workspace = cuda.alloc(self._workspace_bytes)
@@ -82,13 +85,15 @@ class GpuExecutable:
         ]
         # Warm up eagerly once (first launches load code; libraries allocate lazily), then capture. The
         # warm-up reads an uninitialised arena: the checks it trips are noise, cleared before any Run.
-        self._issue(self.stream.handle)
-        self.stream.sync()
+        with stage("warm-up"):
+            self._issue(self.stream.handle)
+            self.stream.sync()
         self.errors.clear()
         self.graph: cuda.Graph | None = None
         if _use_graphs() and self._launches:
             try:
-                self.graph = cuda.Graph(self.stream, self._issue)
+                with stage("graph capture"):
+                    self.graph = cuda.Graph(self.stream, self._issue)
             except cuda.CudaError as e:
                 log.warning("CUDA graph capture failed (%s); launching steps one by one", e)
                 self.graph = None
@@ -129,7 +134,8 @@ class GpuExecutable:
                 key = source_key(s.spec.source, self.device.arch)
                 mod = modules.get(key)
                 if mod is None:
-                    mod = modules[key] = cuda.Module(self._images[key])
+                    with stage("module load"):
+                        mod = modules[key] = cuda.Module(self._images[key])
                 ptrs = [self.ptr(b) for b in s.reads] + [self.ptr(b) for b in s.writes]
                 ptrs += [self.errors.pointer(s.spec)] if s.spec.checks else []
                 launches.append(cuda.BoundLaunch(mod.function(s.spec.name), s.spec.grid, s.spec.block,
@@ -196,8 +202,9 @@ class GpuExecutable:
         if not todo:
             return
         workers = min(len(todo), max(os.cpu_count() or 1, 1), 16)
-        with ThreadPoolExecutor(workers) as ex:
-            images = list(ex.map(lambda sp: compile_source(sp.source, arch, sp.name), todo.values()))
+        work = carry(lambda sp: compile_source(sp.source, arch, sp.name))  # counts compiles vs cache hits
+        with stage("nvrtc"), ThreadPoolExecutor(workers) as ex:
+            images = list(ex.map(work, todo.values()))
         self._images.update(zip(todo.keys(), images, strict=True))
 
     def _bind_gemm(self, i: int, s: GemmStep) -> Launch:
@@ -210,11 +217,13 @@ class GpuExecutable:
         d = self.ptr(s.writes[0])
         c = self.ptr(rest.pop(0)) if s.has_residual else d
         la, lb, lc = (blas.MatLayout(*t) for t in s.layouts)
-        p = blas.plan_gemm(
-            s.dtype, s.batch, s.m, s.n, s.k, la, lb, lc,
-            beta=1.0 if s.has_residual else 0.0, bias=s.has_bias, relu=s.relu, allow_tf32=self.allow_tf32,
-            tuned=self._plans.get(key), tune=True, alignment=_alignment(a, b, c, d, bias),
-        )  # fmt: skip
+        count("library search", "gemm")
+        with stage("library search"):  # cuBLASLt heuristics and timing (none with a stored plan)
+            p = blas.plan_gemm(
+                s.dtype, s.batch, s.m, s.n, s.k, la, lb, lc,
+                beta=1.0 if s.has_residual else 0.0, bias=s.has_bias, relu=s.relu, allow_tf32=self.allow_tf32,
+                tuned=self._plans.get(key), tune=True, alignment=_alignment(a, b, c, d, bias),
+            )  # fmt: skip
         self._plans[key] = p.to_dict()
         self._workspace_bytes = max(self._workspace_bytes, align(p.workspace_size))
         return lambda stream: p.run(stream, a, b, c, d, bias, self.workspace.ptr)
@@ -227,12 +236,14 @@ class GpuExecutable:
         k = x.shape.ndim() - 2
         pads, strides, dil = s.op.attrs(k)  # type: ignore[attr-defined]
         y = s.writes[0]
-        p = dnn.plan_conv(
-            x.shape.type, x.shape, w.shape, y.shape, tuple(pads[:k]), tuple(pads[k:]), tuple(strides),
-            tuple(dil), s.op.group, bias=s.has_bias, relu=s.relu, residual=s.has_residual,  # type: ignore
-            allow_tf32=self.allow_tf32, tuned=self._plans.get(key),
-            z=s.reads[-1].shape if s.has_residual else None,
-        )  # fmt: skip
+        count("library search", "conv")
+        with stage("library search"):  # cuDNN Find (none with a stored plan)
+            p = dnn.plan_conv(
+                x.shape.type, x.shape, w.shape, y.shape, tuple(pads[:k]), tuple(pads[k:]), tuple(strides),
+                tuple(dil), s.op.group, bias=s.has_bias, relu=s.relu, residual=s.has_residual,  # type: ignore
+                allow_tf32=self.allow_tf32, tuned=self._plans.get(key),
+                z=s.reads[-1].shape if s.has_residual else None,
+            )  # fmt: skip
         self._plans[key] = p.to_dict()
         self._workspace_bytes = max(self._workspace_bytes, align(p.workspace_size))
         rest = list(s.reads[2:])

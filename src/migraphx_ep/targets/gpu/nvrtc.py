@@ -3,7 +3,9 @@
 Sources are self-contained: they include no CUDA headers (NVRTC wheels ship none), so the prelude in
 ``kernels/prelude.py`` defines the few helpers kernels need. A compiled image is keyed by a hash of the
 source, the architecture and the options, in memory and, when ``MIGRAPHX_EP_KERNEL_CACHE`` names a
-folder, on disk, so a second compile of the same kernel costs a dictionary lookup.
+folder, on disk, so a second compile of the same kernel costs a dictionary lookup. Each outcome is
+counted for the process (``compile_count``, ``cache_stats``) and for the compile being timed
+(``timing``: stage ``nvrtc``, counts ``compiled``, ``cache hits``, ``disk hits``).
 """
 
 from __future__ import annotations
@@ -13,10 +15,12 @@ import os
 import threading
 from pathlib import Path
 
+from ... import timing
 from .backend import nvrtc
 
 _CACHE: dict[str, bytes] = {}
 _LOCK = threading.Lock()
+_STATS = {"compiled": 0, "cache hits": 0, "disk hits": 0}  # under _LOCK
 DEFAULT_OPTIONS = ("--std=c++17", "-default-device")
 
 
@@ -50,12 +54,15 @@ def compile_source(source: str, arch: str, name: str = "kernel", options: tuple[
     with _LOCK:
         hit = _CACHE.get(key)
     if hit is not None:
+        _count("cache hits")
         return hit
     disk = _disk_dir()
     if disk is not None and (disk / f"{key}.cubin").is_file():
         image = (disk / f"{key}.cubin").read_bytes()
+        _count("disk hits")
     else:
         image = _compile(source, arch, name, options)
+        _count("compiled")
         if disk is not None:
             disk.mkdir(parents=True, exist_ok=True)
             tmp = disk / f"{key}.{os.getpid()}.tmp"
@@ -64,6 +71,24 @@ def compile_source(source: str, arch: str, name: str = "kernel", options: tuple[
     with _LOCK:
         _CACHE[key] = image
     return image
+
+
+def _count(outcome: str) -> None:
+    with _LOCK:
+        _STATS[outcome] += 1
+    timing.count("nvrtc", outcome)
+
+
+def compile_count() -> int:
+    """How many kernels NVRTC really compiled in this process (cache hits excluded)."""
+    with _LOCK:
+        return _STATS["compiled"]
+
+
+def cache_stats() -> dict[str, int]:
+    """This process's ``compile_source`` outcomes: ``compiled``, ``cache hits`` (memory), ``disk hits``."""
+    with _LOCK:
+        return dict(_STATS)
 
 
 def _compile(source: str, arch: str, name: str, options: tuple[str, ...]) -> bytes:

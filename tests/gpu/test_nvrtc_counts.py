@@ -1,0 +1,78 @@
+"""NVRTC compiles are counted (no GPU needed): a second compile of one source is a cache hit, not a
+compile, for the process (``compile_count``, ``cache_stats``) and for the compile being timed, also when
+the compiles run on the executable's thread pool."""
+
+from __future__ import annotations
+
+import types
+
+import pytest
+
+from migraphx_ep.ir.dtypes import DType
+from migraphx_ep.ir.operation import OPS
+from migraphx_ep.ir.shape import Shape
+from migraphx_ep.targets.gpu import kernels as K
+from migraphx_ep.targets.gpu import nvrtc
+from migraphx_ep.targets.gpu.executable import GpuExecutable
+from migraphx_ep.targets.gpu.kernels.spec import PwInput, PwOp
+from migraphx_ep.timing import record
+
+pytestmark = pytest.mark.skipif(nvrtc.nvrtc_available() is not None, reason=str(nvrtc.nvrtc_available()))
+
+ARCH = "sm_90"
+
+
+def source(name: str) -> str:
+    # A source no other test compiles: the process cache starts without it.
+    return f'extern "C" __global__ void {name}(float* x) {{ x[threadIdx.x] *= 2.0f; }}\n'
+
+
+def delta(before: dict[str, int]) -> dict[str, int]:
+    return {k: v - before[k] for k, v in nvrtc.cache_stats().items()}
+
+
+@pytest.fixture(autouse=True)
+def no_disk_cache(monkeypatch):
+    monkeypatch.delenv("MIGRAPHX_EP_KERNEL_CACHE", raising=False)
+
+
+def test_same_source_twice_is_one_compile_and_one_cache_hit():
+    before, n = nvrtc.cache_stats(), nvrtc.compile_count()
+    with record() as t:
+        first = nvrtc.compile_source(source("k_counted_twice"), ARCH, "k_counted_twice")
+        second = nvrtc.compile_source(source("k_counted_twice"), ARCH, "k_counted_twice")
+    assert first == second and len(first) > 0
+    assert nvrtc.compile_count() == n + 1
+    assert delta(before) == {"compiled": 1, "cache hits": 1, "disk hits": 0}
+    assert t.counts == {"nvrtc": {"compiled": 1, "cache hits": 1}}
+    nvrtc.compile_source(source("k_counted_twice"), ARCH, "k_counted_twice", options=("-lineinfo",))
+    assert nvrtc.compile_count() == n + 2  # other options: another image
+
+
+def test_disk_cache_hits_are_counted_apart(tmp_path, monkeypatch):
+    monkeypatch.setenv("MIGRAPHX_EP_KERNEL_CACHE", str(tmp_path))
+    src = source("k_counted_on_disk")
+    before = nvrtc.cache_stats()
+    image = nvrtc.compile_source(src, ARCH, "k_counted_on_disk")
+    monkeypatch.delitem(nvrtc._CACHE, nvrtc.source_key(src, ARCH))  # as a new process would start
+    with record() as t:
+        assert nvrtc.compile_source(src, ARCH, "k_counted_on_disk") == image
+    assert delta(before) == {"compiled": 1, "cache hits": 0, "disk hits": 1}
+    assert t.counts == {"nvrtc": {"disk hits": 1}}
+
+
+def test_the_executables_pool_counts_into_the_compile_record():
+    # Only the NVRTC part of GpuExecutable (no device): its thread pool must carry the record.
+    exe = GpuExecutable.__new__(GpuExecutable)
+    exe.device, exe._images = types.SimpleNamespace(arch=ARCH), {}
+    shape = Shape(DType.float_type, (4, 33))
+    expr = PwOp(OPS["relu"](), (PwInput(0),), DType.float_type)
+    specs = [K.pointwise_kernel(f"k_timing_pool_{i}", expr, [shape], shape) for i in range(3)]
+    n = nvrtc.compile_count()
+    with record() as t:
+        exe._compile_kernels(specs + specs[:1])  # the repeat is the same image: compiled once
+    assert nvrtc.compile_count() == n + 3 and len(exe._images) == 3
+    assert t.counts == {"nvrtc": {"compiled": 3}} and t.seconds("nvrtc") > 0
+    with record() as again:
+        exe._compile_kernels(specs)  # every image already held: no NVRTC stage at all
+    assert again.stages == {} and nvrtc.compile_count() == n + 3
