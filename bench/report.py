@@ -23,6 +23,7 @@ OURS = "migraphx_ep"
 EP = "MIGraphXExecutionProvider"  # the provider name in ORT's profiler events
 SYSTEMS = {  # column order and headers
     OURS: "ours (migraphx_ep)",
+    "migraphx_ep_iobinding": "ours, IOBinding",
     "ort_cuda_numpy": "ORT CUDA EP",
     "ort_cuda_iobinding": "ORT CUDA EP, IOBinding",
     "torch_eager": "torch eager",

@@ -7,7 +7,8 @@ ms or s) and the outputs of its last timed run as numpy arrays (for the accuracy
 - ``numpy_io``: ``sess.run(None, numpy_feeds)``: host->device copies of the inputs, the run, the
   device->host copies of the outputs into new numpy arrays (ORT systems with numpy feeds).
 - ``device_io``: ``sess.run_with_iobinding`` with inputs and outputs already in GPU memory, then
-  ``synchronize_outputs()``: no copies (ORT CUDA EP with IOBinding).
+  ``synchronize_outputs()``: no copies (ORT CUDA EP and our EP with IOBinding; ours also records
+  ``graph_ms``, the CUDA-graph replay alone, and ``overhead_us`` = the run minus the replay).
 - ``device_sync``: ``module(*gpu_tensors)`` then ``torch.cuda.synchronize()``; outputs stay on the GPU.
 
 Any exception propagates to ``run.py``, which records it as an error row and goes on.
@@ -154,9 +155,10 @@ def ort_cuda_numpy(row: Row) -> Result:
     return {**rec, **stats, "providers": sess.get_providers()}, outs
 
 
-def ort_cuda_iobinding(row: Row) -> Result:
+def _iobinding(sess, row: Row) -> tuple[Callable[[], None], Any]:
+    """Inputs in GPU memory and outputs bound to GPU buffers ORT allocated once: the timed step is one
+    ``run_with_iobinding`` plus ``synchronize_outputs`` (no copies, no allocation per run)."""
     ort = _ort()
-    sess, session_s = _cuda_session(row)
     dev = row.settings.device_id
     io = sess.io_binding()
     keep = []  # the OrtValues must outlive the binding
@@ -166,7 +168,6 @@ def ort_cuda_iobinding(row: Row) -> Result:
     for o in sess.get_outputs():
         io.bind_output(o.name, "cuda", dev)
     sess.run_with_iobinding(io)
-    # Re-bind the outputs ORT just allocated, so timed runs write in place (no allocation per run).
     for o, value in zip(sess.get_outputs(), io.get_outputs(), strict=True):
         keep.append(value)
         io.bind_ortvalue_output(o.name, value)
@@ -175,6 +176,13 @@ def ort_cuda_iobinding(row: Row) -> Result:
         sess.run_with_iobinding(io)
         io.synchronize_outputs()
 
+    step.keep = keep  # type: ignore[attr-defined]
+    return step, io
+
+
+def ort_cuda_iobinding(row: Row) -> Result:
+    sess, session_s = _cuda_session(row)
+    step, io = _iobinding(sess, row)
     s = row.settings
     stats, _ = measure(step, s.warmup, s.runs, cap_s=s.cap_s)
     rec = {"timed": "device_io", "session_s": session_s, **stats, "providers": sess.get_providers()}
@@ -266,6 +274,55 @@ def migraphx_ep(row: Row) -> Result:
     return rec, outs
 
 
+def _graph_replay_ms(compiled: list, row: Row) -> float | None:
+    """The CUDA-graph replay alone of the session's one program (None with several partitions): what a
+    Run costs beyond it is ORT's and the shell's overhead."""
+    exes = [p._exe for c in compiled for p in c.programs.values()]
+    if len(exes) != 1 or getattr(exes[0], "graph", None) is None:
+        return None
+    exe = exes[0]
+
+    def replay() -> None:
+        exe.graph.launch(exe.stream.handle)
+        exe.stream.sync()
+
+    s = row.settings
+    stats, _ = measure(replay, s.warmup, s.runs, cap_s=s.cap_s)
+    return stats["ms"]
+
+
+def migraphx_ep_iobinding(row: Row) -> Result:
+    """Our EP with IOBinding (inputs and outputs in GPU memory, as ORT CUDA EP's IOBinding row), next to
+    the graph replay of the same program: their difference is the per-Run overhead."""
+    from migraphx_ep.ep import bridge
+
+    compiled: list = []
+    real = bridge.compile
+
+    def keep(ep, graph, fused):
+        c = real(ep, graph, fused)
+        compiled.append(c)
+        return c
+
+    with tempfile.TemporaryDirectory(prefix="mgx_cache_") as cache:
+        bridge.compile = keep
+        try:
+            sess, _, times = _ep_session(row, cache, None)
+        finally:
+            bridge.compile = real
+        step, io = _iobinding(sess, row)
+        s = row.settings
+        stats, _ = measure(step, s.warmup, s.runs, cap_s=s.cap_s)
+        graph_ms = _graph_replay_ms(compiled, row)
+        rec = {"timed": "device_io", **times, **stats, "graph_ms": graph_ms}
+        rec["providers"] = sess.get_providers()
+        if graph_ms is not None:
+            rec["overhead_us"] = (stats["ms"] - graph_ms) * 1e3
+        outs = io.copy_outputs_to_cpu()
+        sess = None
+    return rec, outs
+
+
 # ---- torch -----------------------------------------------------------------------------------------
 
 
@@ -350,4 +407,5 @@ SYSTEMS: dict[str, Callable[[Row], Result]] = {
     "torch_compile_reduce-overhead": torch_compile_reduce_overhead,
     "ort_cpu": ort_cpu,
     "migraphx_ep": migraphx_ep,
+    "migraphx_ep_iobinding": migraphx_ep_iobinding,
 }

@@ -1,9 +1,12 @@
 #include "compute.h"
 
+#include <pybind11/numpy.h>
 #include <pybind11/stl.h>
 
 #include <cstring>
+#include <vector>
 
+#include "device_memory.h"
 #include "graph_marshal.h"
 #include "native_run.h"
 
@@ -57,12 +60,42 @@ void copy_output(const ComputeInfo& ci, const py::module_& br, OrtKernelContext*
   if (dst_bytes == 0) return;
   void* dst = nullptr;
   check(ort.GetTensorMutableData(out, &dst));
+  const bool device = is_our_gpu(api().ep->Value_GetMemoryDevice(out));  // device I/O: upload
+  auto copy = [&] {
+    if (device) {
+      copy_host_to_device(buf.ptr, out, dst_bytes);
+    } else {
+      std::memcpy(dst, buf.ptr, dst_bytes);
+    }
+  };
   if (dst_bytes >= kReleaseGilBytes) {
     py::gil_scoped_release nogil;  // `spec` keeps the source buffer alive
-    std::memcpy(dst, buf.ptr, dst_bytes);
+    copy();
   } else {
-    std::memcpy(dst, buf.ptr, dst_bytes);
+    copy();
   }
+}
+
+// A host copy of a tensor in our GPU memory (device I/O), as the ndarray the Python path takes.
+py::object host_copy(const py::module_& br, const OrtValue* v) {
+  const OrtApi& ort = *api().ort;
+  OrtTensorTypeAndShapeInfo* raw = nullptr;
+  check(ort.GetTensorTypeAndShape(v, &raw));
+  TensorInfoPtr info(raw);
+  ONNXTensorElementDataType elem = ONNX_TENSOR_ELEMENT_DATA_TYPE_UNDEFINED;
+  check(ort.GetTensorElementType(info.get(), &elem));
+  size_t rank = 0;
+  check(ort.GetDimensionsCount(info.get(), &rank));
+  std::vector<int64_t> dims(rank);
+  if (rank != 0) check(ort.GetDimensions(info.get(), dims.data(), rank));
+  size_t nbytes = 0;
+  check(ort.GetTensorSizeInBytes(v, &nbytes));
+  py::array_t<uint8_t> buf(static_cast<py::ssize_t>(nbytes));
+  {
+    py::gil_scoped_release nogil;
+    copy_device_to_host(v, buf.mutable_data(), nbytes);
+  }
+  return br.attr("make_array")(buf, static_cast<int>(elem), py::cast(dims));
 }
 
 // The Python path: a new shape compiles here, the ref target runs here, and a gpu program's first Run of
@@ -74,12 +107,19 @@ void compute(ComputeInfo& ci, OrtKernelContext* ctx, const DimsKey* key) {
   check(ort.KernelContext_GetInputCount(ctx, &n_in));
   check(ort.KernelContext_GetOutputCount(ctx, &n_out));
 
-  // Zero-copy read-only views of ORT's input tensors; ORT keeps them alive until we return.
+  // Zero-copy read-only views of ORT's input tensors (ORT keeps them alive until we return); host copies
+  // of those in GPU memory (device I/O: a shape's first Run, and the ref target).
   py::list inputs;
   for (size_t i = 0; i < n_in; ++i) {
     const OrtValue* v = nullptr;
     check(ort.KernelContext_GetInput(ctx, i, &v));
-    inputs.append(v != nullptr ? tensor_to_array(br, v, /*copy=*/false) : py::none());
+    if (v == nullptr) {
+      inputs.append(py::none());
+    } else if (is_our_gpu(api().ep->Value_GetMemoryDevice(v))) {
+      inputs.append(host_copy(br, v));
+    } else {
+      inputs.append(tensor_to_array(br, v, /*copy=*/false));
+    }
   }
   py::object outputs = br.attr("run")(ci.compiled, inputs);
   py::list specs = br.attr("output_buffers")(outputs, n_out);

@@ -39,7 +39,17 @@ Loaded load() {
          bind(lib, "cuMemcpyDtoDAsync_v2", d.memcpy_dtod_async, l.why) &&
          bind(lib, "cuGraphLaunch", d.graph_launch, l.why) &&
          bind(lib, "cuStreamSynchronize", d.stream_synchronize, l.why) &&
-         bind(lib, "cuGetErrorString", d.get_error_string, l.why);
+         bind(lib, "cuGetErrorString", d.get_error_string, l.why) && bind(lib, "cuInit", d.init, l.why) &&
+         bind(lib, "cuDeviceGetCount", d.device_get_count, l.why) &&
+         bind(lib, "cuDeviceGet", d.device_get, l.why) &&
+         bind(lib, "cuDevicePrimaryCtxRetain", d.primary_ctx_retain, l.why) &&
+         bind(lib, "cuMemAlloc_v2", d.mem_alloc, l.why) && bind(lib, "cuMemFree_v2", d.mem_free, l.why) &&
+         bind(lib, "cuMemGetInfo_v2", d.mem_get_info, l.why) &&
+         bind(lib, "cuMemcpyHtoD_v2", d.memcpy_htod, l.why) &&
+         bind(lib, "cuMemcpyDtoH_v2", d.memcpy_dtoh, l.why) &&
+         bind(lib, "cuMemcpyDtoD_v2", d.memcpy_dtod, l.why) &&
+         bind(lib, "cuCtxSynchronize", d.ctx_synchronize, l.why) &&
+         bind(lib, "cuPointerGetAttribute", d.pointer_get_attribute, l.why);
   return l;
 }
 
@@ -50,6 +60,16 @@ void CudaDriver::check(CuResult r, const char* what) const {
   const char* msg = nullptr;
   if (get_error_string == nullptr || get_error_string(r, &msg) != 0 || msg == nullptr) msg = "unknown error";
   throw OrtError(ORT_FAIL, std::string(what) + " failed: CUDA error " + std::to_string(r) + " (" + msg + ")");
+}
+
+int CudaDriver::memory_type(CuDevicePtr ptr) const noexcept {
+  unsigned type = 0;  // CU_POINTER_ATTRIBUTE_MEMORY_TYPE = 2
+  return pointer_get_attribute(&type, 2, ptr) == 0 ? static_cast<int>(type) : 0;
+}
+
+int CudaDriver::device_of(CuDevicePtr ptr) const noexcept {
+  int ordinal = -1;  // CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL = 9
+  return pointer_get_attribute(&ordinal, 9, ptr) == 0 ? ordinal : -1;
 }
 
 const CudaDriver* cuda_driver(std::string* why) noexcept {

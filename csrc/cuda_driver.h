@@ -21,9 +21,27 @@ struct CudaDriver {
   CuResult (*graph_launch)(CuHandle exec, CuHandle stream) = nullptr;
   CuResult (*stream_synchronize)(CuHandle stream) = nullptr;
   CuResult (*get_error_string)(CuResult error, const char** str) = nullptr;
+  // Device memory (device_memory.h): the allocator, ORT's copies and the checks of bound pointers.
+  CuResult (*init)(unsigned flags) = nullptr;
+  CuResult (*device_get_count)(int* count) = nullptr;
+  CuResult (*device_get)(int* device, int ordinal) = nullptr;
+  CuResult (*primary_ctx_retain)(CuHandle* ctx, int device) = nullptr;
+  CuResult (*mem_alloc)(CuDevicePtr* ptr, size_t bytes) = nullptr;
+  CuResult (*mem_free)(CuDevicePtr ptr) = nullptr;
+  CuResult (*mem_get_info)(size_t* free, size_t* total) = nullptr;
+  CuResult (*memcpy_htod)(CuDevicePtr dst, const void* src, size_t bytes) = nullptr;
+  CuResult (*memcpy_dtoh)(void* dst, CuDevicePtr src, size_t bytes) = nullptr;
+  CuResult (*memcpy_dtod)(CuDevicePtr dst, CuDevicePtr src, size_t bytes) = nullptr;
+  CuResult (*ctx_synchronize)() = nullptr;
+  CuResult (*pointer_get_attribute)(void* data, int attribute, CuDevicePtr ptr) = nullptr;
 
   // Throws OrtError naming `what` and the driver's message when `r` is an error.
   void check(CuResult r, const char* what) const;
+  // What `ptr` is: 1 host (pinned), 2 device, 3 array, 4 unified (CUmemorytype); 0 when the driver does
+  // not know it (pageable host memory, or not an address at all).
+  int memory_type(CuDevicePtr ptr) const noexcept;
+  // The CUDA ordinal owning device memory `ptr`, -1 when unknown.
+  int device_of(CuDevicePtr ptr) const noexcept;
 };
 
 // The process's libcuda (the one the Python bindings already loaded: dlopen returns the same handle), or

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "compute.h"
+#include "factory.h"
 #include "graph_marshal.h"
 
 namespace py = pybind11;
@@ -38,9 +39,11 @@ void add_groups(const MarshalledGraph& g, py::handle groups, OrtEpGraphSupportIn
     if (nodes.empty()) continue;
     OrtNodeFusionOptions fusion{};
     fusion.ort_version_supported = ORT_API_VERSION;
-    // Keep ORT passing constant initializers to the fused node: the session then keeps them alive, which
-    // is what makes the zero-copy initializer views handed to compile() safe.
-    fusion.drop_constant_initializers = false;
+    // Without device I/O, keep ORT passing constant initializers to the fused node: the session then
+    // keeps them alive, which is what makes the zero-copy initializer views handed to compile() safe.
+    // With device I/O ORT would copy every one of them to the GPU for us (twice the weights' memory):
+    // drop them, and the marshal copies what compile() keeps (graph_marshal.cpp).
+    fusion.drop_constant_initializers = device_io();
     check(api().ep->EpGraphSupportInfo_AddNodesToFuse(support, nodes.data(), nodes.size(), &fusion));
   }
 }
@@ -106,16 +109,17 @@ NodePtr make_context_node(py::handle spec) {
 
 }  // namespace
 
-Ep::Ep(py::object py_ep_, const OrtLogger& logger_, bool write_context_)
-    : OrtEp{}, py_ep(std::move(py_ep_)), logger(logger_), write_context(write_context_) {
+Ep::Ep(py::object py_ep_, const OrtLogger& logger_, bool write_context_, AllocatorSettings allocator_)
+    : OrtEp{}, py_ep(std::move(py_ep_)), logger(logger_), write_context(write_context_), allocator(allocator_) {
   ort_version_supported = ORT_API_VERSION;
   GetName = GetNameImpl;
   GetCapability = GetCapabilityImpl;
   Compile = CompileImpl;
   ReleaseNodeComputeInfos = ReleaseNodeComputeInfosImpl;
+  CreateAllocator = CreateAllocatorImpl;  // this session's options; the factory releases it
   // Optional in the 1.23 ABI and left null on purpose: GetPreferredDataLayout (NCHW assumed),
-  // ShouldConvertDataLayoutForOp, SetDynamicOptions, OnRunStart/OnRunEnd, CreateAllocator and
-  // CreateSyncStreamForDevice (ORT falls back to the factory's), GetCompiledModelCompatibilityInfo.
+  // ShouldConvertDataLayoutForOp, SetDynamicOptions, OnRunStart/OnRunEnd, CreateSyncStreamForDevice
+  // (we are not stream aware), GetCompiledModelCompatibilityInfo.
   // Newer callbacks only where the running ORT has them (api().version), though ORT would ignore a field
   // beyond the ort_version_supported it reads.
 #if ORT_API_VERSION >= 24
@@ -126,8 +130,8 @@ Ep::Ep(py::object py_ep_, const OrtLogger& logger_, bool write_context_)
 #endif
   // Left null: GetKernelRegistry (we compile), CreateProfiler, the 1.26 graph-capture hooks (our gpu
   // target captures its own CUDA graphs inside Compute), OnSessionInitializationEnd, and
-  // GetDefaultMemoryDevice (1.27): we register no device memory yet, and without allocator entries
-  // ORT's default is the CPU memory device, which is what our host-memory I/O is.
+  // GetDefaultMemoryDevice (1.27): ORT then takes the EpDevice's DEFAULT memory info (ours, with a GPU;
+  // CPU memory without one), which is what we want.
 }
 
 Ep::~Ep() {
@@ -188,6 +192,11 @@ void ORT_API_CALL Ep::ReleaseNodeComputeInfosImpl(OrtEp*, OrtNodeComputeInfo** i
   release_compute_infos(infos, count);
 }
 
+OrtStatus* ORT_API_CALL Ep::CreateAllocatorImpl(OrtEp* self, const OrtMemoryInfo* memory_info,
+                                                OrtAllocator** allocator) noexcept {
+  return make_allocator(memory_info, static_cast<Ep*>(self)->allocator, allocator);
+}
+
 #if ORT_API_VERSION >= 24
 OrtStatus* ORT_API_CALL Ep::IsConcurrentRunSupportedImpl(OrtEp*, bool* is_supported) noexcept {
   // Yes: Compute takes the GIL, and a compiled program is safe to run from several threads at once
@@ -200,11 +209,27 @@ OrtStatus* ORT_API_CALL Ep::IsConcurrentRunSupportedImpl(OrtEp*, bool* is_suppor
 
 #if ORT_API_VERSION >= 25
 OrtStatus* ORT_API_CALL Ep::SyncImpl(OrtEp*) noexcept {
-  // Nothing is ever pending: inputs and outputs are host memory and Compute returns only after the
-  // program (and any device work with its copies) has finished.
+  // Nothing is ever pending: Compute and our copies return only after their device work has finished
+  // (we are not stream aware).
   return nullptr;
 }
 #endif
+
+namespace {
+
+AllocatorSettings allocator_settings(const py::object& obj) {
+  AllocatorSettings s;
+  if (obj.is_none()) return s;
+  py::dict d = py::reinterpret_borrow<py::dict>(obj);
+  s.mem_limit = d["mem_limit"].cast<size_t>();
+  s.power_of_two = d["power_of_two"].cast<bool>();
+  s.external_alloc = reinterpret_cast<void* (*)(size_t)>(d["external_alloc"].cast<uintptr_t>());
+  s.external_free = reinterpret_cast<void (*)(void*)>(d["external_free"].cast<uintptr_t>());
+  s.external_empty_cache = reinterpret_cast<void (*)()>(d["external_empty_cache"].cast<uintptr_t>());
+  return s;
+}
+
+}  // namespace
 
 OrtStatus* create_ep(const std::map<std::string, std::string>& options,
                      const std::map<std::string, std::string>& session, const OrtLogger& logger,
@@ -212,7 +237,8 @@ OrtStatus* create_ep(const std::map<std::string, std::string>& options,
   return guarded("CreateEp", [&] {
     py::object py_ep = bridge().attr("create_ep")(options, session);  // std::map -> dict (pybind11/stl.h)
     auto enable = session.find("ep.context_enable");
-    *out = new Ep(std::move(py_ep), logger, enable != session.end() && enable->second == "1");
+    *out = new Ep(std::move(py_ep), logger, enable != session.end() && enable->second == "1",
+                  allocator_settings(bridge().attr("allocator_settings")(py_ep)));
   });
 }
 

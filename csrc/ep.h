@@ -6,12 +6,13 @@
 #include <map>
 #include <string>
 
+#include "device_memory.h"
 #include "ort_api.h"
 
 namespace mgx {
 
 struct Ep : OrtEp {
-  Ep(pybind11::object py_ep, const OrtLogger& logger, bool write_context);
+  Ep(pybind11::object py_ep, const OrtLogger& logger, bool write_context, AllocatorSettings allocator);
   // Calls bridge.release_ep(py_ep). The GIL must be held unless py_ep was already dropped.
   ~Ep();
   Ep(const Ep&) = delete;
@@ -22,6 +23,8 @@ struct Ep : OrtEp {
   // The session writes an EPContext model (ep.context_enable=1, as ModelCompiler sets). ORT hands
   // Compile an ep_context_nodes array either way, to be ignored otherwise.
   const bool write_context;
+  // This session's device allocator options (migraphx_mem_limit, ...), from bridge.allocator_settings.
+  const AllocatorSettings allocator;
 
   static const char* ORT_API_CALL GetNameImpl(const OrtEp* self) noexcept;
   static OrtStatus* ORT_API_CALL GetCapabilityImpl(OrtEp* self, const OrtGraph* graph,
@@ -31,6 +34,8 @@ struct Ep : OrtEp {
                                              OrtNode** ep_context_nodes) noexcept;
   static void ORT_API_CALL ReleaseNodeComputeInfosImpl(OrtEp* self, OrtNodeComputeInfo** infos,
                                                        size_t count) noexcept;
+  static OrtStatus* ORT_API_CALL CreateAllocatorImpl(OrtEp* self, const OrtMemoryInfo* memory_info,
+                                                     OrtAllocator** allocator) noexcept;
 #if ORT_API_VERSION >= 24
   static OrtStatus* ORT_API_CALL IsConcurrentRunSupportedImpl(OrtEp* self, bool* is_supported) noexcept;
 #endif

@@ -3,7 +3,9 @@
 #include <cstring>
 #include <map>
 #include <string>
+#include <vector>
 
+#include "device_memory.h"
 #include "ep.h"
 
 namespace mgx {
@@ -62,23 +64,57 @@ Factory::Factory() : OrtEpFactory{} {
 
 const char* ORT_API_CALL Factory::GetNameImpl(const OrtEpFactory*) noexcept { return kEpName; }
 const char* ORT_API_CALL Factory::GetVendorImpl(const OrtEpFactory*) noexcept { return kVendor; }
-// Not tied to a PCI vendor: the EP device is ORT's CPU device (see DESIGN.md, "first version").
+// Not tied to one PCI vendor: the same plugin runs the ref target anywhere (and HIP twins are in view).
 uint32_t ORT_API_CALL Factory::GetVendorIdImpl(const OrtEpFactory*) noexcept { return 0; }
 const char* ORT_API_CALL Factory::GetVersionImpl(const OrtEpFactory*) noexcept { return MIGRAPHX_EP_VERSION; }
+
+namespace {
+
+// One metadata entry on our EpDevices: "device_id" = the CUDA ordinal whose memory it advertises (the
+// Python routing picks the EpDevice matching the session's device_id).
+OrtKeyValuePairs* device_metadata(int ordinal) {
+  OrtKeyValuePairs* kv = nullptr;
+  api().ort->CreateKeyValuePairs(&kv);
+  api().ort->AddKeyValuePair(kv, "device_id", std::to_string(ordinal).c_str());
+  return kv;
+}
+
+}  // namespace
 
 OrtStatus* ORT_API_CALL Factory::GetSupportedDevicesImpl(OrtEpFactory* self, const OrtHardwareDevice* const* devices,
                                                          size_t num_devices, OrtEpDevice** ep_devices,
                                                          size_t max_ep_devices, size_t* num_ep_devices) noexcept {
   try {
     *num_ep_devices = 0;
-    // One EpDevice on the first CPU hardware device: inputs/outputs live in CPU memory; the compiled
-    // program moves data to the GPU itself (GPUs are often not listed by ORT anyway).
-    for (size_t i = 0; i < num_devices && *num_ep_devices < max_ep_devices; ++i) {
-      if (api().ort->HardwareDevice_Type(devices[i]) != OrtHardwareDeviceType_CPU) continue;
+    const OrtHardwareDevice* cpu = nullptr;
+    std::vector<const OrtHardwareDevice*> nvidia;  // ORT lists GPUs only where sysfs shows them
+    for (size_t i = 0; i < num_devices; ++i) {
+      const OrtHardwareDeviceType type = api().ort->HardwareDevice_Type(devices[i]);
+      if (type == OrtHardwareDeviceType_CPU && cpu == nullptr) cpu = devices[i];
+      if (type == OrtHardwareDeviceType_GPU && api().ort->HardwareDevice_VendorId(devices[i]) == kNvidiaVendorId) {
+        nvidia.push_back(devices[i]);
+      }
+    }
+    if (cpu == nullptr) return nullptr;
+    GpuDevices& gpus = GpuDevices::get();
+    if (gpus.count() == 0) {
+      // No GPU: one EpDevice whose inputs and outputs live in CPU memory (ORT's default).
       OrtEpDevice* device = nullptr;
-      check(api().ep->CreateEpDevice(self, devices[i], nullptr, nullptr, &device));
+      check(api().ep->CreateEpDevice(self, cpu, nullptr, nullptr, &device));
       ep_devices[(*num_ep_devices)++] = device;
-      break;
+      return nullptr;
+    }
+    // One EpDevice per CUDA device, advertising its memory: ORT then keeps our nodes' inputs and outputs
+    // there and copies through our data transfer. On ORT's GPU entry when it lists as many NVIDIA GPUs,
+    // else on the CPU entry (the hardware entry does not decide memory placement; the memory info does).
+    const bool paired = static_cast<int>(nvidia.size()) == gpus.count();
+    for (int k = 0; k < gpus.count() && *num_ep_devices < max_ep_devices; ++k) {
+      KeyValuePairsPtr meta(device_metadata(k));
+      OrtEpDevice* device = nullptr;
+      check(api().ep->CreateEpDevice(self, paired ? nvidia[static_cast<size_t>(k)] : cpu, meta.get(), nullptr,
+                                     &device));
+      check(api().ep->EpDevice_AddAllocatorInfo(device, gpus.memory_info(k)));
+      ep_devices[(*num_ep_devices)++] = device;
     }
     return nullptr;
   } catch (...) {
@@ -112,17 +148,34 @@ OrtStatus* ORT_API_CALL Factory::ValidateCompiledModelCompatibilityInfoImpl(OrtE
   return nullptr;
 }
 
-OrtStatus* ORT_API_CALL Factory::CreateAllocatorImpl(OrtEpFactory*, const OrtMemoryInfo*, const OrtKeyValuePairs*,
-                                                     OrtAllocator** allocator) noexcept {
-  *allocator = nullptr;  // ORT's default CPU allocator
+OrtStatus* ORT_API_CALL Factory::CreateAllocatorImpl(OrtEpFactory*, const OrtMemoryInfo* memory_info,
+                                                     const OrtKeyValuePairs*, OrtAllocator** allocator) noexcept {
+  *allocator = nullptr;  // CPU memory: ORT's default allocator
+  return make_allocator(memory_info, AllocatorSettings{}, allocator);
+}
+
+void ORT_API_CALL Factory::ReleaseAllocatorImpl(OrtEpFactory*, OrtAllocator* allocator) noexcept {
+  delete static_cast<GpuAllocator*>(allocator);  // every allocator we hand out is one
+}
+
+OrtStatus* ORT_API_CALL Factory::CreateDataTransferImpl(OrtEpFactory*, OrtDataTransferImpl** data_transfer) noexcept {
+  // CPU memory only without a GPU: nothing to copy between devices.
+  *data_transfer = GpuDevices::get().count() > 0 ? gpu_data_transfer() : nullptr;
   return nullptr;
 }
 
-void ORT_API_CALL Factory::ReleaseAllocatorImpl(OrtEpFactory*, OrtAllocator*) noexcept {}
-
-OrtStatus* ORT_API_CALL Factory::CreateDataTransferImpl(OrtEpFactory*, OrtDataTransferImpl** data_transfer) noexcept {
-  *data_transfer = nullptr;  // CPU memory only: nothing to copy between devices
-  return nullptr;
+OrtStatus* make_allocator(const OrtMemoryInfo* memory_info, const AllocatorSettings& settings,
+                          OrtAllocator** allocator) noexcept {
+  *allocator = nullptr;
+  try {
+    int ordinal = 0;
+    if (memory_info != nullptr && is_our_gpu(api().ep->MemoryInfo_GetMemoryDevice(memory_info), &ordinal)) {
+      *allocator = new GpuAllocator(ordinal, settings);
+    }
+    return nullptr;
+  } catch (...) {
+    return status_from_exception("CreateAllocator");
+  }
 }
 
 bool ORT_API_CALL Factory::IsStreamAwareImpl(const OrtEpFactory*) noexcept { return false; }

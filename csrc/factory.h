@@ -1,7 +1,9 @@
-// OrtEpFactory: names the EP, offers one OrtEpDevice on ORT's CPU hardware device, creates Eps.
+// OrtEpFactory: names the EP, offers its OrtEpDevices (CPU memory, or one per CUDA device with its memory),
+// creates Eps, allocators and the data transfer.
 // Pure C++ except CreateEp/ReleaseEp: ORT may release the factory after Python has shut down.
 #pragma once
 
+#include "device_memory.h"
 #include "ort_api.h"
 
 namespace mgx {
@@ -36,5 +38,10 @@ struct Factory : OrtEpFactory {
                                                                const OrtKeyValuePairs* stream_options,
                                                                OrtSyncStreamImpl** stream) noexcept;
 };
+
+// A GpuAllocator for `memory_info` when it is one of our GPU memory infos; null (ORT's CPU allocator)
+// otherwise. The factory's allocators use default settings, a session's (Ep::CreateAllocator) its options.
+OrtStatus* make_allocator(const OrtMemoryInfo* memory_info, const AllocatorSettings& settings,
+                          OrtAllocator** allocator) noexcept;
 
 }  // namespace mgx

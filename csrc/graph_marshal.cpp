@@ -4,6 +4,8 @@
 #include <string>
 #include <unordered_set>
 
+#include "device_memory.h"
+
 namespace py = pybind11;
 
 namespace mgx {
@@ -102,6 +104,9 @@ class Marshaller {
 
   MarshalledGraph run(const OrtGraph* graph, const OrtNode* fused_node) {
     graph_ = graph;
+    // Compile with device I/O: ORT no longer passes constant initializers to the fused node (ep.cpp drops
+    // them), so nothing keeps their buffers alive for us: own a copy of what compile() keeps.
+    own_initializers_ = fused_node != nullptr && device_io();
     MarshalledGraph out;
     py::dict& g = out.dict;
     const char* gname = nullptr;
@@ -145,6 +150,7 @@ class Marshaller {
   }
 
  private:
+  bool own_initializers_ = false;
   py::dict opsets() {
     size_t n = 0;
     check(ort().Graph_GetNumOperatorSets(graph_, &n));
@@ -193,8 +199,8 @@ class Marshaller {
       size_t nbytes = 0;
       check(ort().GetTensorSizeInBytes(value, &nbytes));
       // Larger in-memory initializers share their buffer with the session (which keeps them as fused
-      // node inputs for its whole life: we never set drop_constant_initializers): view, don't copy.
-      array = tensor_to_array(bridge_, value, external || nbytes <= kCopyBelowBytes);
+      // node inputs for its whole life unless drop_constant_initializers is set): view, don't copy.
+      array = tensor_to_array(bridge_, value, external || nbytes <= kCopyBelowBytes || own_initializers_);
     }
     bool constant = false;
     check(ort().ValueInfo_IsConstantInitializer(vi, &constant));

@@ -5,6 +5,8 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "device_memory.h"
+
 namespace py = pybind11;
 
 namespace mgx {
@@ -40,6 +42,7 @@ void NativePlans::add(const DimsKey& key, py::handle obj) {
   plan->context = handle_of<void>(d["context"]);
   plan->stream = handle_of<void>(d["stream"]);
   plan->graph = handle_of<void>(d["graph"]);
+  plan->device = d["device"].cast<int>();
   for (py::handle in : d["inputs"]) {
     py::tuple t = py::reinterpret_borrow<py::tuple>(in);
     plan->inputs.push_back(t[0].cast<CuDevicePtr>());
@@ -110,20 +113,63 @@ bool read_dims_key(OrtKernelContext* ctx, size_t n_inputs, DimsKey& key) {
   return true;
 }
 
+namespace {
+
+// Where one of ORT's tensors lives for the native path: its address, and whether it is in GPU memory
+// (device I/O: ORT's allocator, or a buffer the user bound). Device memory of another GPU than the
+// program's is an error naming both.
+struct Place {
+  void* ptr = nullptr;
+  bool device = false;
+};
+
+Place place_of(const OrtValue* v, bool writable, int program_device, const std::string& what) {
+  Place p;
+  int ordinal = -1;
+  p.device = is_our_gpu(api().ep->Value_GetMemoryDevice(v), &ordinal);
+  if (p.device && ordinal != program_device) {
+    throw OrtError(ORT_INVALID_ARGUMENT, what + " is in the memory of GPU " + std::to_string(ordinal) +
+                                             " but this session runs on GPU " + std::to_string(program_device) +
+                                             " (device_id)");
+  }
+  if (writable) {
+    check(api().ort->GetTensorMutableData(const_cast<OrtValue*>(v), &p.ptr));
+  } else {
+    const void* data = nullptr;
+    check(api().ort->GetTensorData(v, &data));
+    p.ptr = const_cast<void*>(data);
+  }
+  return p;
+}
+
+// A failed copy from or to memory said to be on the device: name the tensor when its address is not device
+// memory at all (a host buffer bound with device_type 'cuda'), rather than report a bare CUDA error.
+void check_copy(const CudaDriver& cuda, CuResult r, const char* call, const Place& p, const std::string& what) {
+  if (r != 0 && p.device && cuda.memory_type(reinterpret_cast<CuDevicePtr>(p.ptr)) != 2) {
+    throw OrtError(ORT_INVALID_ARGUMENT, what + " is bound as GPU memory, but its address is not device memory "
+                                                "(a host buffer bound with device_type 'cuda'?)");
+  }
+  cuda.check(r, call);
+}
+
+std::string input_label(const std::string& label, size_t i) { return label + ": input " + std::to_string(i); }
+std::string output_label(const std::string& label, size_t i) { return label + ": output " + std::to_string(i); }
+
+}  // namespace
+
 bool run_native(const CudaDriver& cuda, const NativePlan& plan, OrtKernelContext* ctx, const std::string& label) {
   const OrtApi& ort = *api().ort;
-  // Outputs first: ORT allocates them (host memory) before any device work, so a failure here leaves the
-  // device untouched.
-  std::vector<void*> dst(plan.outputs.size(), nullptr);
+  // Outputs first: ORT allocates them before any device work, so a failure here leaves the device alone.
+  std::vector<Place> dst(plan.outputs.size());
   for (size_t i = 0; i < plan.outputs.size(); ++i) {
     const NativeOutput& o = plan.outputs[i];
     int64_t scalar = 0;
     OrtValue* out = nullptr;
     check(ort.KernelContext_GetOutput(ctx, i, o.dims.empty() ? &scalar : o.dims.data(), o.dims.size(), &out));
     if (out == nullptr || o.nbytes == 0) continue;
-    check(ort.GetTensorMutableData(out, &dst[i]));
+    dst[i] = place_of(out, /*writable=*/true, plan.device, output_label(label, i));
   }
-  std::vector<const void*> src(plan.inputs.size(), nullptr);
+  std::vector<Place> src(plan.inputs.size());
   for (size_t i = 0; i < plan.inputs.size(); ++i) {
     if (plan.inputs[i] == 0 || plan.input_bytes[i] == 0) continue;
     const OrtValue* v = nullptr;
@@ -131,32 +177,44 @@ bool run_native(const CudaDriver& cuda, const NativePlan& plan, OrtKernelContext
     size_t nbytes = 0;
     check(ort.GetTensorSizeInBytes(v, &nbytes));
     if (nbytes != plan.input_bytes[i]) {
-      throw OrtError(ORT_FAIL, label + ": input " + std::to_string(i) + " has " + std::to_string(nbytes) +
+      throw OrtError(ORT_FAIL, input_label(label, i) + " has " + std::to_string(nbytes) +
                                    " bytes, the compiled program takes " + std::to_string(plan.input_bytes[i]));
     }
-    void* data = nullptr;
-    check(ort.GetTensorMutableData(const_cast<OrtValue*>(v), &data));
-    src[i] = data;
+    src[i] = place_of(v, /*writable=*/false, plan.device, input_label(label, i));
   }
   std::lock_guard<std::mutex> run(plan.lock->mutex);
   // ORT may call from any thread; the primary context must be current on this one.
   cuda.check(cuda.ctx_set_current(plan.context), "cuCtxSetCurrent");
   for (size_t i = 0; i < src.size(); ++i) {
-    if (src[i] != nullptr) {
-      cuda.check(cuda.memcpy_htod_async(plan.inputs[i], src[i], plan.input_bytes[i], plan.stream),
-                 "cuMemcpyHtoDAsync");
+    const Place& p = src[i];
+    if (p.ptr == nullptr) continue;
+    const size_t n = plan.input_bytes[i];
+    if (p.device) {
+      check_copy(cuda, cuda.memcpy_dtod_async(plan.inputs[i], reinterpret_cast<CuDevicePtr>(p.ptr), n, plan.stream),
+                 "cuMemcpyDtoDAsync", p, input_label(label, i));
+    } else {
+      cuda.check(cuda.memcpy_htod_async(plan.inputs[i], p.ptr, n, plan.stream), "cuMemcpyHtoDAsync");
     }
   }
   if (plan.graph != nullptr) cuda.check(cuda.graph_launch(plan.graph, plan.stream), "cuGraphLaunch");
   for (size_t i = 0; i < dst.size(); ++i) {
     const NativeOutput& o = plan.outputs[i];
-    if (dst[i] == nullptr) continue;
-    if (o.ptr == 0) {
-      std::memcpy(dst[i], o.constant.data(), o.nbytes);
+    const Place& p = dst[i];
+    if (p.ptr == nullptr) continue;
+    const auto d = reinterpret_cast<CuDevicePtr>(p.ptr);
+    if (o.ptr == 0 && p.device) {
+      check_copy(cuda, cuda.memcpy_htod_async(d, o.constant.data(), o.nbytes, plan.stream), "cuMemcpyHtoDAsync",
+                 p, output_label(label, i));
+    } else if (o.ptr == 0) {
+      std::memcpy(p.ptr, o.constant.data(), o.nbytes);
+    } else if (p.device) {
+      check_copy(cuda, cuda.memcpy_dtod_async(d, o.ptr, o.nbytes, plan.stream), "cuMemcpyDtoDAsync", p,
+                 output_label(label, i));
     } else {
-      cuda.check(cuda.memcpy_dtoh_async(dst[i], o.ptr, o.nbytes, plan.stream), "cuMemcpyDtoHAsync");
+      cuda.check(cuda.memcpy_dtoh_async(p.ptr, o.ptr, o.nbytes, plan.stream), "cuMemcpyDtoHAsync");
     }
   }
+  // Always: ORT treats a returned Compute as finished (we are not stream aware), and the slots are read next.
   cuda.check(cuda.stream_synchronize(plan.stream), "cuStreamSynchronize");
   for (size_t i = 0; i < plan.n_error_slots; ++i) {
     if (plan.error_slots[i] != 0) return false;  // left set: the Python Run reports and clears it
@@ -187,6 +245,10 @@ void register_native(py::module_& m) {
       },
       "'' when the native Run path can reach the CUDA driver; otherwise why not");
   m.def("native_run_enabled", &native_run_enabled, "False when MIGRAPHX_EP_NATIVE_RUN=0");
+  m.def(
+      "device_io_status",
+      [] { return GpuDevices::get().count() > 0 ? std::string() : GpuDevices::get().why_not(); },
+      "'' when our EpDevices advertise GPU memory (inputs and outputs live on the GPU); otherwise why not");
 }
 
 }  // namespace mgx

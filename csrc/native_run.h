@@ -40,6 +40,7 @@ struct NativePlan {
   CuHandle context = nullptr;
   CuHandle stream = nullptr;
   CuHandle graph = nullptr;  // null: nothing to launch (every output is a constant)
+  int device = 0;            // CUDA ordinal: device-resident inputs and outputs must be on it
   std::vector<CuDevicePtr> inputs;   // per fused-node input: its arena address (0: the program ignores it)
   std::vector<size_t> input_bytes;
   std::vector<NativeOutput> outputs;

@@ -12,7 +12,7 @@ import onnxruntime as ort
 from onnx import TensorProto
 from onnx import helper as oh
 
-import migraphx_ep  # noqa: F401 - registers and routes the EP
+import migraphx_ep
 from conftest import make_model, tensor
 from migraphx_ep import _C
 from migraphx_ep.ep import bridge
@@ -87,3 +87,30 @@ def test_backends_without_plans_keep_the_python_path(monkeypatch):
     assert calls["run"] == 3
     assert all(p is None for p in calls["plans"])  # asked only where a CUDA driver exists
     assert bridge.native_plan(object(), [x]) is None  # a backend without native_plan
+
+
+def test_without_a_gpu_the_ep_device_keeps_cpu_memory():
+    """No driver or no GPU: no GPU memory info, so CI's sessions keep host-memory I/O (as before)."""
+    if _C.device_io_status() == "":
+        import pytest
+
+        pytest.skip("this machine has a GPU: tests/gpu/test_device_io.py covers it")
+    assert migraphx_ep.get_ep_device().memory_info(ort.OrtDeviceMemoryType.DEFAULT) is None
+
+
+def test_external_alloc_without_free_is_an_option_error():
+    from migraphx_ep.ep.options import OptionError
+    from migraphx_ep.ep.provider import create_ep
+
+    ep = create_ep({"migraphx_external_alloc": "0x1000"})
+    try:
+        ep.allocator_settings()
+    except OptionError as e:
+        assert "migraphx_external_free" in str(e)
+    else:
+        raise AssertionError("expected an OptionError")
+    ok = create_ep({"migraphx_mem_limit": "4096", "migraphx_arena_extend_strategy": "kSameAsRequested"})
+    assert ok.allocator_settings() == {
+        "mem_limit": 4096, "power_of_two": False, "external_alloc": 0, "external_free": 0,
+        "external_empty_cache": 0,
+    }  # fmt: skip

@@ -38,11 +38,12 @@ def get_library_path() -> str:
     return os.path.abspath(spec.origin)
 
 
-def get_ep_device():
-    """The onnxruntime OrtEpDevice of this EP (registers the library first if nobody did)."""
+def get_ep_device(device_id: int = 0):
+    """The onnxruntime OrtEpDevice of this EP (registers the library first if nobody did); with GPUs,
+    the one whose memory is CUDA device ``device_id``'s."""
     from . import _routing
 
-    return _routing.ep_device()
+    return _routing.ep_device({"device_id": str(device_id)})
 
 
 def _init() -> None:

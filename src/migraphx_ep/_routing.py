@@ -69,13 +69,20 @@ def register_library() -> None:
                 raise
 
 
-def ep_device():
+def ep_device(options: dict[str, str] | None = None):
+    """Our EpDevice for a session with ``options``: with a GPU there is one per CUDA device, each
+    advertising that device's memory (its metadata "device_id"); the session's ``device_id`` option picks
+    it. An id that matches none falls back to the first (the EP itself then reports the bad device_id)."""
     devices = _our_devices()
     if not devices:
         register_library()
         devices = _our_devices()
     if not devices:
         raise RuntimeError(f"{EP_NAME}: onnxruntime lists no EP device for the registered library")
+    wanted = (options or {}).get("device_id", "0")
+    for d in devices:
+        if str(d.ep_metadata.get("device_id", "")) == str(wanted).strip():
+            return d
     return devices[0]
 
 
@@ -118,7 +125,7 @@ def _attach(so: ort.SessionOptions, entries: list[tuple[str, dict[str, str]]]) -
     built_in = _C.get_available_providers()  # the unpatched list
     for name, opts in entries:
         if name == EP_NAME:
-            so.add_provider_for_devices([ep_device()], opts)
+            so.add_provider_for_devices([ep_device(opts)], opts)
             continue
         mine = [d for d in devices if d.ep_name == name]
         if mine:

@@ -103,7 +103,15 @@ def test_fp16_and_bf16_conflict():
         parse_options({"migraphx_fp16_enable": "1", "migraphx_bf16_enable": "1"}, {})
 
 
-def test_not_yet_effective_option_warns(caplog):
+def test_not_yet_effective_option_warns(caplog, monkeypatch):
+    """An option whose status is "not yet" warns when given a non-default value (none is, today: the
+    allocator options became working with device I/O, so one is marked here to test the mechanism)."""
+    import dataclasses
+
+    from migraphx_ep.ep import options as opts
+
+    patched = [dataclasses.replace(s, status="not yet") if s.field == "mem_limit" else s for s in SPECS]
+    monkeypatch.setattr(opts, "SPECS", patched)
     with caplog.at_level(logging.WARNING, logger="migraphx_ep"):
         parse_options({"migraphx_mem_limit": "1024"}, {})
     assert "migraphx_mem_limit is accepted but not yet effective" in caplog.text
@@ -111,3 +119,7 @@ def test_not_yet_effective_option_warns(caplog):
     with caplog.at_level(logging.WARNING, logger="migraphx_ep"):
         parse_options({"migraphx_mem_limit": "0"}, {})  # the default: nothing to warn about
     assert caplog.text == ""
+    monkeypatch.setattr(opts, "SPECS", SPECS)
+    with caplog.at_level(logging.WARNING, logger="migraphx_ep"):
+        parse_options({"migraphx_mem_limit": "1024"}, {})
+    assert caplog.text == ""  # working now

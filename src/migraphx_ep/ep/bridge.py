@@ -10,6 +10,7 @@ Backend protocol (default backend: the module ``migraphx_ep.ep.provider``; tests
     compiled.native_plan(inputs) -> dict | None                # optional (csrc/native_run.h)
     compiled.release(), ep.release()                        # optional
     ep.set_session_config(session: dict[str, str])          # optional: the "ep.context_*" entries
+    ep.allocator_settings() -> dict                         # optional: GPU allocator options
     ep.ep_context(compiled, fused_node_name) -> dict        # optional: writing EPContext models
 
 Calls from ORT, all with the GIL held (the shell takes it; ``session.run`` itself releases it):
@@ -151,6 +152,12 @@ def ep_context(ep: Any, compiled: Any, fused_node_name: str) -> dict:
 
 def run(compiled: Any, inputs: list[np.ndarray]) -> list[np.ndarray]:
     return list(compiled.run(inputs))
+
+
+def allocator_settings(ep: Any) -> dict | None:
+    """The session's GPU allocator options (csrc/device_memory.h), or None for the defaults."""
+    fn = getattr(ep, "allocator_settings", None)
+    return fn() if callable(fn) else None
 
 
 def native_plan(compiled: Any, inputs: list[np.ndarray]) -> dict | None:

@@ -19,7 +19,7 @@ from .cache import ProgramStore
 from .calibration import load_table, quantize_with_table
 from .compiled import CompiledSubgraph
 from .epcontext import context_node, is_context_node, is_our_context, load_context
-from .options import EpOptions, parse_options
+from .options import EpOptions, OptionError, parse_options
 from .partition import Partition, partition
 from .subgraphs import expand_fused, is_ours, with_outer_scope_inputs
 
@@ -72,6 +72,23 @@ class MIGraphXEp:
 
     def set_session_config(self, session: dict[str, str]) -> None:
         self.session = dict(session)
+
+    def allocator_settings(self) -> dict:
+        """For the shell's GPU allocator (csrc/device_memory.h): migraphx_mem_limit, the arena strategy and
+        the external allocation functions (both or neither of alloc/free)."""
+        o = self.options
+        if bool(o.external_alloc) != bool(o.external_free):
+            raise OptionError(
+                f"{EP_NAME}: migraphx_external_alloc and migraphx_external_free must be given together "
+                f"(got alloc={o.external_alloc:#x}, free={o.external_free:#x})"
+            )
+        return {
+            "mem_limit": o.mem_limit,
+            "power_of_two": o.arena_extend_strategy == "kNextPowerOfTwo",
+            "external_alloc": o.external_alloc,
+            "external_free": o.external_free,
+            "external_empty_cache": o.external_empty_cache,
+        }
 
     # -- GetCapability --------------------------------------------------------------------------
     def get_capability(self, graph: dict) -> list[list[int]]:

@@ -330,6 +330,7 @@ class GpuExecutable:
         slots = self.errors.host
         return {
             "context": int(self.device.context),
+            "device": self.device.id,
             "stream": self.stream.handle,
             "graph": self.graph.exec_handle if self.graph is not None else 0,  # 0: nothing to launch
             "inputs": inputs,
