@@ -2,6 +2,7 @@
 
 #include <pybind11/stl.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 
@@ -31,6 +32,24 @@ std::shared_ptr<const NativePlan> NativePlans::find(const DimsKey& key) const {
   return it == plans_.end() ? nullptr : it->second;
 }
 
+namespace {
+
+std::shared_ptr<NativeContext> parse_context(py::handle obj) {
+  py::dict d = py::reinterpret_borrow<py::dict>(obj);
+  auto c = std::make_shared<NativeContext>();
+  c->stream = handle_of<void>(d["stream"]);
+  c->graph = handle_of<void>(d["graph"]);
+  c->inputs = d["inputs"].cast<std::vector<CuDevicePtr>>();
+  c->outputs = d["outputs"].cast<std::vector<CuDevicePtr>>();
+  py::tuple errors = d["errors"];
+  c->error_slots = handle_of<int32_t>(errors[0]);
+  c->n_error_slots = errors[1].cast<size_t>();
+  c->lock = d["lock"].cast<std::shared_ptr<RunLock>>();
+  return c;
+}
+
+}  // namespace
+
 void NativePlans::add(const DimsKey& key, py::handle obj) {
   if (obj.is_none()) return;
   py::dict d = py::reinterpret_borrow<py::dict>(obj);
@@ -40,30 +59,20 @@ void NativePlans::add(const DimsKey& key, py::handle obj) {
   }
   auto plan = std::make_shared<NativePlan>();
   plan->context = handle_of<void>(d["context"]);
-  plan->stream = handle_of<void>(d["stream"]);
-  plan->graph = handle_of<void>(d["graph"]);
   plan->device = d["device"].cast<int>();
-  for (py::handle in : d["inputs"]) {
-    py::tuple t = py::reinterpret_borrow<py::tuple>(in);
-    plan->inputs.push_back(t[0].cast<CuDevicePtr>());
-    plan->input_bytes.push_back(t[1].cast<size_t>());
-  }
+  plan->input_bytes = d["input_bytes"].cast<std::vector<size_t>>();
   for (py::handle out : d["outputs"]) {
-    py::tuple t = py::reinterpret_borrow<py::tuple>(out);  // (address | bytes, nbytes, dims)
+    py::tuple t = py::reinterpret_borrow<py::tuple>(out);  // (constant bytes | None, nbytes, dims)
     NativeOutput o;
-    if (py::isinstance<py::bytes>(t[0])) {
-      o.constant = t[0].cast<std::string>();
-    } else {
-      o.ptr = t[0].cast<CuDevicePtr>();
-    }
+    o.is_constant = !t[0].is_none();
+    if (o.is_constant) o.constant = t[0].cast<std::string>();
     o.nbytes = t[1].cast<size_t>();
     o.dims = t[2].cast<std::vector<int64_t>>();
     plan->outputs.push_back(std::move(o));
   }
-  py::tuple errors = d["errors"];
-  plan->error_slots = handle_of<const int32_t>(errors[0]);
-  plan->n_error_slots = errors[1].cast<size_t>();
-  plan->lock = d["lock"].cast<std::shared_ptr<RunLock>>();
+  for (py::handle c : d["contexts"]) plan->contexts.push_back(parse_context(c));
+  plan->max_contexts = std::max<size_t>(1, d["max_contexts"].cast<size_t>());
+  plan->grow = d["grow"];
   plan->owner = d["owner"];
   std::lock_guard<std::mutex> g(mutex_);
   plans_.emplace(key, std::move(plan));
@@ -81,8 +90,9 @@ void NativePlans::clear() noexcept {
 void NativePlans::abandon() noexcept {
   std::lock_guard<std::mutex> g(mutex_);
   for (auto& kv : plans_) {
-    kv.second->owner.release();  // leak one reference: Python is going away
-    kv.second->lock.reset();
+    kv.second->owner.release();  // leak references: Python is going away
+    kv.second->grow.release();
+    for (auto& c : kv.second->contexts) c->lock.reset();
   }
   plans_.clear();
 }
@@ -157,6 +167,50 @@ std::string output_label(const std::string& label, size_t i) { return label + ":
 
 }  // namespace
 
+namespace {
+
+// A context of `plan` locked for this Run: a free one, else a new one while the pool may grow (asked of
+// Python under the GIL; no lock of ours is held then), else the next in turn (waiting for it).
+std::shared_ptr<NativeContext> acquire_context(const NativePlan& plan) {
+  std::vector<std::shared_ptr<NativeContext>> seen;
+  {
+    std::lock_guard<std::mutex> g(plan.contexts_mutex);
+    seen = plan.contexts;
+  }
+  for (auto& c : seen) {
+    if (c->lock->mutex.try_lock()) return c;
+  }
+  if (seen.size() < plan.max_contexts && !plan.grow.is_none() && python_alive() && !plan.growing.exchange(true)) {
+    std::shared_ptr<NativeContext> made;
+    {
+      py::gil_scoped_acquire gil;
+      try {
+        made = parse_context(plan.grow());
+      } catch (py::error_already_set& e) {
+        // No room for another arena (or another failure): this program stops growing, Runs wait instead.
+        e.discard_as_unraisable("migraphx_ep: another execution context for concurrent Runs");
+        plan.max_contexts = seen.size();
+      }
+    }
+    plan.growing = false;
+    if (made != nullptr) {
+      made->lock->mutex.lock();
+      std::lock_guard<std::mutex> g(plan.contexts_mutex);
+      plan.contexts.push_back(made);
+      return made;
+    }
+  }
+  std::shared_ptr<NativeContext> c;
+  {
+    std::lock_guard<std::mutex> g(plan.contexts_mutex);
+    c = plan.contexts[plan.next++ % plan.contexts.size()];
+  }
+  c->lock->mutex.lock();
+  return c;
+}
+
+}  // namespace
+
 bool run_native(const CudaDriver& cuda, const NativePlan& plan, OrtKernelContext* ctx, const std::string& label) {
   const OrtApi& ort = *api().ort;
   // Outputs first: ORT allocates them before any device work, so a failure here leaves the device alone.
@@ -169,9 +223,9 @@ bool run_native(const CudaDriver& cuda, const NativePlan& plan, OrtKernelContext
     if (out == nullptr || o.nbytes == 0) continue;
     dst[i] = place_of(out, /*writable=*/true, plan.device, output_label(label, i));
   }
-  std::vector<Place> src(plan.inputs.size());
-  for (size_t i = 0; i < plan.inputs.size(); ++i) {
-    if (plan.inputs[i] == 0 || plan.input_bytes[i] == 0) continue;
+  std::vector<Place> src(plan.input_bytes.size());
+  for (size_t i = 0; i < plan.input_bytes.size(); ++i) {
+    if (plan.input_bytes[i] == 0) continue;
     const OrtValue* v = nullptr;
     check(ort.KernelContext_GetInput(ctx, i, &v));
     size_t nbytes = 0;
@@ -182,7 +236,9 @@ bool run_native(const CudaDriver& cuda, const NativePlan& plan, OrtKernelContext
     }
     src[i] = place_of(v, /*writable=*/false, plan.device, input_label(label, i));
   }
-  std::lock_guard<std::mutex> run(plan.lock->mutex);
+  std::shared_ptr<NativeContext> held = acquire_context(plan);
+  const NativeContext& c = *held;
+  std::lock_guard<std::mutex> run(c.lock->mutex, std::adopt_lock);
   // ORT may call from any thread; the primary context must be current on this one.
   cuda.check(cuda.ctx_set_current(plan.context), "cuCtxSetCurrent");
   for (size_t i = 0; i < src.size(); ++i) {
@@ -190,36 +246,40 @@ bool run_native(const CudaDriver& cuda, const NativePlan& plan, OrtKernelContext
     if (p.ptr == nullptr) continue;
     const size_t n = plan.input_bytes[i];
     if (p.device) {
-      check_copy(cuda, cuda.memcpy_dtod_async(plan.inputs[i], reinterpret_cast<CuDevicePtr>(p.ptr), n, plan.stream),
+      check_copy(cuda, cuda.memcpy_dtod_async(c.inputs[i], reinterpret_cast<CuDevicePtr>(p.ptr), n, c.stream),
                  "cuMemcpyDtoDAsync", p, input_label(label, i));
     } else {
-      cuda.check(cuda.memcpy_htod_async(plan.inputs[i], p.ptr, n, plan.stream), "cuMemcpyHtoDAsync");
+      cuda.check(cuda.memcpy_htod_async(c.inputs[i], p.ptr, n, c.stream), "cuMemcpyHtoDAsync");
     }
   }
-  if (plan.graph != nullptr) cuda.check(cuda.graph_launch(plan.graph, plan.stream), "cuGraphLaunch");
+  if (c.graph != nullptr) cuda.check(cuda.graph_launch(c.graph, c.stream), "cuGraphLaunch");
   for (size_t i = 0; i < dst.size(); ++i) {
     const NativeOutput& o = plan.outputs[i];
     const Place& p = dst[i];
     if (p.ptr == nullptr) continue;
     const auto d = reinterpret_cast<CuDevicePtr>(p.ptr);
-    if (o.ptr == 0 && p.device) {
-      check_copy(cuda, cuda.memcpy_htod_async(d, o.constant.data(), o.nbytes, plan.stream), "cuMemcpyHtoDAsync",
+    if (o.is_constant && p.device) {
+      check_copy(cuda, cuda.memcpy_htod_async(d, o.constant.data(), o.nbytes, c.stream), "cuMemcpyHtoDAsync",
                  p, output_label(label, i));
-    } else if (o.ptr == 0) {
+    } else if (o.is_constant) {
       std::memcpy(p.ptr, o.constant.data(), o.nbytes);
     } else if (p.device) {
-      check_copy(cuda, cuda.memcpy_dtod_async(d, o.ptr, o.nbytes, plan.stream), "cuMemcpyDtoDAsync", p,
+      check_copy(cuda, cuda.memcpy_dtod_async(d, c.outputs[i], o.nbytes, c.stream), "cuMemcpyDtoDAsync", p,
                  output_label(label, i));
     } else {
-      cuda.check(cuda.memcpy_dtoh_async(p.ptr, o.ptr, o.nbytes, plan.stream), "cuMemcpyDtoHAsync");
+      cuda.check(cuda.memcpy_dtoh_async(p.ptr, c.outputs[i], o.nbytes, c.stream), "cuMemcpyDtoHAsync");
     }
   }
   // Always: ORT treats a returned Compute as finished (we are not stream aware), and the slots are read next.
-  cuda.check(cuda.stream_synchronize(plan.stream), "cuStreamSynchronize");
-  for (size_t i = 0; i < plan.n_error_slots; ++i) {
-    if (plan.error_slots[i] != 0) return false;  // left set: the Python Run reports and clears it
+  cuda.check(cuda.stream_synchronize(c.stream), "cuStreamSynchronize");
+  bool failed = false;
+  for (size_t i = 0; i < c.n_error_slots; ++i) failed = failed || c.error_slots[i] != 0;
+  if (failed) {
+    // The Python Run (on the first context) repeats the work and raises what the ref raises; clear this
+    // context's slots so its next Run starts clean (no kernel runs on it now: it is synchronised).
+    std::memset(c.error_slots, 0, c.n_error_slots * sizeof(int32_t));
   }
-  return true;
+  return !failed;
 }
 
 bool native_run_enabled() noexcept {

@@ -10,6 +10,7 @@
 
 #include <pybind11/pybind11.h>
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -30,24 +31,37 @@ struct RunLock {
 };
 
 struct NativeOutput {
-  CuDevicePtr ptr = 0;         // 0: a constant, copied from `constant`
-  std::string constant;        // the bytes of an output computed at compile time
+  std::string constant;  // the bytes of an output computed at compile time (when `is_constant`)
+  bool is_constant = false;
   size_t nbytes = 0;
   std::vector<int64_t> dims;
 };
 
-struct NativePlan {
-  CuHandle context = nullptr;
+// One execution context of the program (targets/gpu/context.py): its own arena addresses, stream, graph,
+// error slots and lock, so Runs on different contexts overlap on the device.
+struct NativeContext {
   CuHandle stream = nullptr;
-  CuHandle graph = nullptr;  // null: nothing to launch (every output is a constant)
-  int device = 0;            // CUDA ordinal: device-resident inputs and outputs must be on it
+  CuHandle graph = nullptr;          // null: nothing to launch (every output is a constant)
   std::vector<CuDevicePtr> inputs;   // per fused-node input: its arena address (0: the program ignores it)
-  std::vector<size_t> input_bytes;
-  std::vector<NativeOutput> outputs;
-  const int32_t* error_slots = nullptr;  // mapped host memory the kernels write (errors.py)
+  std::vector<CuDevicePtr> outputs;  // per output: its arena address (0: a constant)
+  int32_t* error_slots = nullptr;    // mapped host memory the kernels write (errors.py)
   size_t n_error_slots = 0;
   std::shared_ptr<RunLock> lock;
-  pybind11::object owner;  // the executable: keeps the arena, graph and slots alive; released under the GIL
+};
+
+struct NativePlan {
+  CuHandle context = nullptr;
+  int device = 0;  // CUDA ordinal: device-resident inputs and outputs must be on it
+  std::vector<size_t> input_bytes;
+  std::vector<NativeOutput> outputs;
+  mutable std::atomic<size_t> max_contexts{1};  // lowered to the current count when growing fails
+  mutable std::atomic<bool> growing{false};       // one new context at a time
+  // The contexts made so far; a Run that finds them all busy asks `grow` (under the GIL) for another.
+  mutable std::mutex contexts_mutex;
+  mutable std::vector<std::shared_ptr<NativeContext>> contexts;
+  mutable size_t next = 0;  // round robin once the pool is full
+  pybind11::object grow;    // GpuExecutable.add_context bound to the input names
+  pybind11::object owner;   // the executable: keeps arenas, graphs and slots alive; released under the GIL
 };
 
 // Input dims of one Compute call (rank, dims... per input; -1 for a missing optional input).

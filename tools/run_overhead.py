@@ -2,7 +2,9 @@
 on and off (``MIGRAPHX_EP_NATIVE_RUN``), measured in one process on the same inputs. Usage:
 
     python tools/run_overhead.py [resnet50 | squeezenet | MODEL.onnx ...] [--fp16] [--runs 200]
-        [--batch N] [--json OUT.jsonl]
+        [--batch N] [--json OUT.jsonl] [--threads 4]
+
+``--threads N`` measures one session's throughput from N threads against one thread instead.
 
 A name without ``.onnx`` is one of ``migraphx_ep.testing``'s light models (real-size, random weights).
 Symbolic dims are set to ``--batch`` (first dim) and ``--seq`` (others).
@@ -106,6 +108,39 @@ def measure(name: str, fp16: bool, runs: int, batch: int, seq: int) -> dict:
     return row
 
 
+def threads(name: str, fp16: bool, n_threads: int, seconds: float, batch: int, seq: int) -> dict:
+    """Runs per second of one session from 1 thread and from ``n_threads`` threads (numpy I/O), and
+    whether every thread's outputs equal the single-threaded ones."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    model = _model(name)
+    feeds = _feeds(model, batch, seq)
+    options = {"migraphx_target": "gpu", "migraphx_fp16_enable": "1" if fp16 else "0"}
+    sess = ort.InferenceSession(model.SerializeToString(), providers=[(EP, options), "CPUExecutionProvider"])
+    want = sess.run(None, feeds)
+
+    def loop(deadline: float) -> tuple[int, bool]:
+        n, same = 0, True
+        while time.perf_counter() < deadline:
+            got = sess.run(None, feeds)
+            same = same and all(np.array_equal(g, w) for g, w in zip(got, want, strict=True))
+            n += 1
+        return n, same
+
+    def rate(k: int) -> tuple[float, bool]:
+        with ThreadPoolExecutor(k) as ex:
+            list(ex.map(lambda _: loop(time.perf_counter() + 0.3), range(k)))  # warm: contexts grow here
+            t0 = time.perf_counter()
+            done = list(ex.map(lambda _: loop(t0 + seconds), range(k)))
+        return sum(n for n, _ in done) / (time.perf_counter() - t0), all(s for _, s in done)
+
+    one, same1 = rate(1)
+    many, same_n = rate(n_threads)
+    row = {"model": os.path.basename(name), "fp16": fp16, "threads": n_threads, "runs_per_s_1": one}
+    row[f"runs_per_s_{n_threads}"] = many
+    return {**row, "scaling": many / one, "identical": same1 and same_n}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("models", nargs="*", default=["resnet50"])
@@ -114,9 +149,13 @@ def main() -> None:
     ap.add_argument("--batch", type=int, default=1)
     ap.add_argument("--seq", type=int, default=128)
     ap.add_argument("--json", help="append one JSON row per model here")
+    ap.add_argument("--threads", type=int, default=0, help="measure throughput from N threads instead")
     a = ap.parse_args()
     for name in a.models:
-        row = measure(name, a.fp16, a.runs, a.batch, a.seq)
+        if a.threads:
+            row = threads(name, a.fp16, a.threads, 3.0, a.batch, a.seq)
+        else:
+            row = measure(name, a.fp16, a.runs, a.batch, a.seq)
         print(" ".join(f"{k}={v:.3f}" if isinstance(v, float) else f"{k}={v}" for k, v in row.items()))
         if a.json:
             with open(a.json, "a") as f:

@@ -154,3 +154,36 @@ def test_threads_mix_native_and_python_runs():
     with ThreadPoolExecutor(4) as ex:
         list(ex.map(work, range(4)))
     assert not errors, errors[:3]
+
+
+def test_concurrent_native_runs_get_their_own_contexts():
+    """Threads hammering one shape make the program grow execution contexts (their own arenas and graphs)
+    and every answer stays exact."""
+    blob, model = _bert()
+    compiled: list = []
+    real = bridge.compile
+
+    def keep(ep, graph, fused):
+        c = real(ep, graph, fused)
+        compiled.append(c)
+        return c
+
+    bridge.compile = keep
+    try:
+        sess = _session(blob)
+    finally:
+        bridge.compile = real
+    f = feeds_for(model, batch=2, seq=9)
+    want = sess.run(None, f)
+    barrier = threading.Barrier(4)
+
+    def work(_: int) -> bool:
+        barrier.wait()
+        return all(
+            all(np.array_equal(g, w) for g, w in zip(sess.run(None, f), want, strict=True)) for _ in range(40)
+        )
+
+    with ThreadPoolExecutor(4) as ex:
+        assert all(ex.map(work, range(4)))
+    exes = [p._exe for c in compiled for p in c.programs.values()]
+    assert max(len(e.contexts) for e in exes) > 1

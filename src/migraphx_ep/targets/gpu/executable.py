@@ -10,19 +10,20 @@ tells the C++ shell how to do the same Run without Python (``csrc/native_run.h``
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
 
 import numpy as np
 
 from ...ir.dtypes import to_numpy
-from ...timing import carry, count, stage
+from ...timing import carry, count, record, stage
 from . import cuda
+from .context import RunContext, max_contexts
 from .errors import DeviceErrors
 from .kernels.spec import KernelSpec, Unsupported
 from .lowering import Buf, ConvStep, GemmStep, KernelStep, Lowered, plan_lowered
@@ -32,21 +33,6 @@ from .nvrtc import compile_source, source_key
 log = logging.getLogger("migraphx_ep.gpu")
 
 Launch = Callable[[int], None]
-
-
-def _run_lock() -> Any:
-    """The shell's RunLock (a C++ mutex the native Run path takes without the GIL), so Python and native
-    Runs of one executable exclude each other; a plain lock where the extension is not built."""
-    try:
-        from ... import _C
-
-        return _C.RunLock()
-    except (ImportError, AttributeError):
-        return threading.Lock()
-
-
-def _use_graphs() -> bool:
-    return os.environ.get("MIGRAPHX_EP_DISABLE_CUDA_GRAPH", "0") in ("", "0")
 
 
 class GpuExecutable:
@@ -64,39 +50,20 @@ class GpuExecutable:
         self.lowered = lowered
         self.allow_tf32 = allow_tf32
         self.param_shapes = param_shapes
-        self._lock = _run_lock()
         self._local = threading.local()
-        self.stream = cuda.Stream()
         artifacts = artifacts or {}
         self._images: dict[str, bytes] = dict(artifacts.get("kernels", {}))
         self._plans: dict[str, dict] = dict(artifacts.get("plans", {}))
+        self._modules: dict[str, cuda.Module] = {}  # loaded once, shared by every context
+        self._grow = threading.Lock()  # one context built at a time (library handles, capture)
         with stage("memory plan"):
             self.arena_bytes = plan_lowered(lowered)
-        self.arena = cuda.alloc(self.arena_bytes)
         with stage("weights upload"):
             self._upload_weights()
-        self.errors = DeviceErrors([s.spec for s in lowered.steps if isinstance(s, KernelStep)])
-        launches = self._bind()
-        self.workspace = cuda.alloc(self._workspace_bytes)
-        self._launches = launches
-        self.inputs = [(name, self.ptr(b), b.shape) for name, b in lowered.inputs.items()]
-        self.outputs: list[tuple[int, Any] | np.ndarray] = [
-            o if isinstance(o, np.ndarray) else (self.ptr(o), o.shape) for o in lowered.outputs
-        ]
-        # Warm up eagerly once (first launches load code; libraries allocate lazily), then capture. The
-        # warm-up reads an uninitialised arena: the checks it trips are noise, cleared before any Run.
-        with stage("warm-up"):
-            self._issue(self.stream.handle)
-            self.stream.sync()
-        self.errors.clear()
-        self.graph: cuda.Graph | None = None
-        if _use_graphs() and self._launches:
-            try:
-                with stage("graph capture"):
-                    self.graph = cuda.Graph(self.stream, self._issue)
-            except cuda.CudaError as e:
-                log.warning("CUDA graph capture failed (%s); launching steps one by one", e)
-                self.graph = None
+        self.checking_specs = [s.spec for s in lowered.steps if isinstance(s, KernelStep)]
+        self.workspace_bytes = ALIGN
+        # The first context serves the Python Run path; more come when native Runs overlap.
+        self.contexts: list[RunContext] = [RunContext(self)]
         self.compile_seconds = time.perf_counter() - t0
 
     # -- planning ------------------------------------------------------------------------------------------
@@ -111,22 +78,55 @@ class GpuExecutable:
         for w in self.lowered.weights:
             raw = np.asarray(w.value).reshape(-1).view(np.uint8)
             host[w.offset : w.offset + raw.size] = raw
-        cuda.memcpy_htod(self.weights.ptr, host, self.stream)
-        self.stream.sync()
+        stream = cuda.Stream()
+        cuda.memcpy_htod(self.weights.ptr, host, stream)
+        stream.sync()
+
+    # The first context's parts, for the Python Run path and the tools that time a program's graph.
+    @property
+    def stream(self) -> cuda.Stream:
+        return self.contexts[0].stream
+
+    @property
+    def graph(self) -> cuda.Graph | None:
+        return self.contexts[0].graph
+
+    @property
+    def errors(self) -> DeviceErrors:
+        return self.contexts[0].errors
+
+    @property
+    def arena(self) -> cuda.DeviceBuffer:
+        return self.contexts[0].arena
+
+    @property
+    def workspace(self) -> cuda.DeviceBuffer:
+        return self.contexts[0].workspace  # type: ignore[return-value]
+
+    @property
+    def inputs(self) -> list:
+        return self.contexts[0].inputs
+
+    @property
+    def outputs(self) -> list:
+        return self.contexts[0].outputs
+
+    @property
+    def _launches(self) -> list[Launch]:
+        return self.contexts[0].launches
 
     def ptr(self, b: Buf) -> int:
-        base = self.weights.ptr if b.storage.kind == "weight" else self.arena.ptr
-        return base + b.storage.offset + b.offset
+        return self.contexts[0].ptr(b)
 
     # -- binding -------------------------------------------------------------------------------------------
-    def _bind(self) -> list[Launch]:
+    def bind(self, ctx: RunContext) -> list[Launch]:
+        """The steps as launches on ``ctx``'s addresses (kernels compiled and library plans chosen once,
+        by the first context; later ones reuse them)."""
         steps = self.lowered.steps
         kernel_steps = [s for s in steps if isinstance(s, KernelStep)]
         self._compile_kernels([s.spec for s in kernel_steps])
-        self._workspace_bytes = ALIGN
-        self._ws_users: list[Any] = []
         launches: list[Launch] = []
-        modules: dict[str, cuda.Module] = {}
+        modules = self._modules
         for i, s in enumerate(steps):
             if all(b.shape.elements() == 0 for b in s.writes):
                 continue
@@ -136,22 +136,22 @@ class GpuExecutable:
                 if mod is None:
                     with stage("module load"):
                         mod = modules[key] = cuda.Module(self._images[key])
-                ptrs = [self.ptr(b) for b in s.reads] + [self.ptr(b) for b in s.writes]
-                ptrs += [self.errors.pointer(s.spec)] if s.spec.checks else []
+                ptrs = [ctx.ptr(b) for b in s.reads] + [ctx.ptr(b) for b in s.writes]
+                ptrs += [ctx.errors.pointer(s.spec)] if s.spec.checks else []
                 launches.append(cuda.BoundLaunch(mod.function(s.spec.name), s.spec.grid, s.spec.block,
                                                  s.spec.shared_bytes, ptrs))  # fmt: skip
             elif isinstance(s, GemmStep | ConvStep):
                 try:
                     bind = self._bind_gemm if isinstance(s, GemmStep) else self._bind_conv
-                    launches.append(bind(i, s))
+                    launches.append(bind(i, s, ctx))
                 except Unsupported as e:
                     log.info("%s: library refused (%s); using a generated kernel", s.label, e)
-                    launches.append(self._bind_fallback(s, modules))
+                    launches.append(self._bind_fallback(s, ctx))
             else:  # pragma: no cover - lowering only makes the three kinds
                 raise TypeError(f"unknown step {s!r}")
         return launches
 
-    def _bind_fallback(self, s: GemmStep | ConvStep, modules: dict) -> Launch:
+    def _bind_fallback(self, s: GemmStep | ConvStep, ctx: RunContext) -> Launch:
         """The product on a generated kernel, then bias/residual/relu as one pointwise pass in place."""
         from . import kernels as K
         from .kernels.spec import PwInput, PwOp
@@ -165,7 +165,7 @@ class GpuExecutable:
             spec = K.gemm_kernel(f"fb{id(s)}_gemm", a.shape, b.shape, out.shape)
         else:
             spec = K.conv_kernel(f"fb{id(s)}_conv", s.op, a.shape, b.shape, out.shape)
-        specs = [(spec, [self.ptr(a), self.ptr(b), self.ptr(out)])]
+        specs = [(spec, [ctx.ptr(a), ctx.ptr(b), ctx.ptr(out)])]
         extra = s.reads[2:]
         relu = s.relu
         if extra or relu:
@@ -178,12 +178,12 @@ class GpuExecutable:
                 expr = PwOp(OPS["relu"](), (expr,), out.shape.type)
             shapes = [out.shape] + [e.shape for e in extra]
             ep = K.pointwise_kernel(f"fb{id(s)}_epilogue", expr, shapes, out.shape)
-            specs.append((ep, [self.ptr(out)] + [self.ptr(e) for e in extra] + [self.ptr(out)]))
+            specs.append((ep, [ctx.ptr(out)] + [ctx.ptr(e) for e in extra] + [ctx.ptr(out)]))
         self._compile_kernels([sp for sp, _ in specs])
         bound = []
         for sp, ptrs in specs:
             key = source_key(sp.source, self.device.arch)
-            mod = modules.get(key) or modules.setdefault(key, cuda.Module(self._images[key]))
+            mod = self._modules.get(key) or self._modules.setdefault(key, cuda.Module(self._images[key]))
             bound.append(cuda.BoundLaunch(mod.function(sp.name), sp.grid, sp.block, sp.shared_bytes, ptrs))
 
         def launch(stream: int) -> None:
@@ -207,15 +207,15 @@ class GpuExecutable:
             images = list(ex.map(work, todo.values()))
         self._images.update(zip(todo.keys(), images, strict=True))
 
-    def _bind_gemm(self, i: int, s: GemmStep) -> Launch:
+    def _bind_gemm(self, i: int, s: GemmStep, ctx: RunContext) -> Launch:
         from . import blas
 
         key = f"gemm{i}"
-        a, b = self.ptr(s.reads[0]), self.ptr(s.reads[1])
+        a, b = ctx.ptr(s.reads[0]), ctx.ptr(s.reads[1])
         rest = list(s.reads[2:])
-        bias = self.ptr(rest.pop(0)) if s.has_bias else 0
-        d = self.ptr(s.writes[0])
-        c = self.ptr(rest.pop(0)) if s.has_residual else d
+        bias = ctx.ptr(rest.pop(0)) if s.has_bias else 0
+        d = ctx.ptr(s.writes[0])
+        c = ctx.ptr(rest.pop(0)) if s.has_residual else d
         la, lb, lc = (blas.MatLayout(*t) for t in s.layouts)
         count("library search", "gemm")
         with stage("library search"):  # cuBLASLt heuristics and timing (none with a stored plan)
@@ -225,10 +225,10 @@ class GpuExecutable:
                 tuned=self._plans.get(key), tune=True, alignment=_alignment(a, b, c, d, bias),
             )  # fmt: skip
         self._plans[key] = p.to_dict()
-        self._workspace_bytes = max(self._workspace_bytes, align(p.workspace_size))
-        return lambda stream: p.run(stream, a, b, c, d, bias, self.workspace.ptr)
+        self.workspace_bytes = max(self.workspace_bytes, align(p.workspace_size))
+        return lambda stream: p.run(stream, a, b, c, d, bias, ctx.workspace_ptr())
 
-    def _bind_conv(self, i: int, s: ConvStep) -> Launch:
+    def _bind_conv(self, i: int, s: ConvStep, ctx: RunContext) -> Launch:
         from . import dnn
 
         key = f"conv{i}"
@@ -245,17 +245,16 @@ class GpuExecutable:
                 z=s.reads[-1].shape if s.has_residual else None,
             )  # fmt: skip
         self._plans[key] = p.to_dict()
-        self._workspace_bytes = max(self._workspace_bytes, align(p.workspace_size))
+        self.workspace_bytes = max(self.workspace_bytes, align(p.workspace_size))
         rest = list(s.reads[2:])
-        bias = self.ptr(rest.pop(0)) if s.has_bias else 0
-        z = self.ptr(rest.pop(0)) if s.has_residual else 0
-        xp, wp, yp = self.ptr(x), self.ptr(w), self.ptr(y)
-        return lambda stream: p.run(stream, xp, wp, yp, bias, z, self.workspace.ptr)
+        bias = ctx.ptr(rest.pop(0)) if s.has_bias else 0
+        z = ctx.ptr(rest.pop(0)) if s.has_residual else 0
+        xp, wp, yp = ctx.ptr(x), ctx.ptr(w), ctx.ptr(y)
+        return lambda stream: p.run(stream, xp, wp, yp, bias, z, ctx.workspace_ptr())
 
     # -- running -------------------------------------------------------------------------------------------
     def _issue(self, stream: int) -> None:
-        for launch in self._launches:
-            launch(stream)
+        self.contexts[0].issue(stream)
 
     # The EP copies outputs into ORT's tensors right after Run returns, so it may borrow them: they
     # are views of this thread's pinned staging buffers, valid until the thread's next Run here.
@@ -279,7 +278,7 @@ class GpuExecutable:
     def run(self, params: dict[str, np.ndarray], borrow: bool = False) -> list[np.ndarray]:
         self.device.make_current()  # ORT may call from any thread; pinned allocation needs the context
         staging = self._staging() if borrow else None
-        with self._lock:
+        with self.contexts[0].lock:
             s = self.stream.handle
             keep = []
             for name, ptr, _shape in self.inputs:
@@ -307,39 +306,47 @@ class GpuExecutable:
         """What the C++ shell needs to run this program without Python (``csrc/native_run.h``), for the
         fused node's inputs ``input_names`` as given in ``arrays``; None when it cannot (no CUDA graph,
         or an input whose bytes differ from the parameter's, e.g. a converted type)."""
-        if (self.graph is None and self._launches) or type(self._lock).__name__ != "RunLock":
+        first = self.contexts[0]
+        if (first.graph is None and first.launches) or type(first.lock).__name__ != "RunLock":
             return None
-        where = {name: (ptr, shape) for name, ptr, shape in self.inputs}
-        inputs = []
+        shapes = {name: shape for name, _, shape in first.inputs}
+        input_bytes = []
         for name, arr in zip(input_names, arrays, strict=True):
-            if name not in where:
-                inputs.append((0, 0))
+            shape = shapes.get(name)
+            if shape is None:
+                input_bytes.append(0)  # not a program parameter (the program ignores it)
                 continue
-            ptr, shape = where[name]
             if arr is None or shape.bytes() != arr.nbytes or tuple(shape.lens) != arr.shape:
                 return None
-            inputs.append((ptr, shape.bytes()))
+            input_bytes.append(shape.bytes())
         outputs = []
-        for o in self.outputs:
+        for o in first.outputs:
             if isinstance(o, np.ndarray):
                 raw = np.ascontiguousarray(o).tobytes()
                 outputs.append((raw, len(raw), [int(d) for d in o.shape]))
             else:
-                ptr, shape = o
-                outputs.append((ptr, shape.bytes(), [int(d) for d in shape.lens]))
-        slots = self.errors.host
+                outputs.append((None, o[1].bytes(), [int(d) for d in o[1].lens]))
         return {
             "context": int(self.device.context),
             "device": self.device.id,
-            "stream": self.stream.handle,
-            "graph": self.graph.exec_handle if self.graph is not None else 0,  # 0: nothing to launch
-            "inputs": inputs,
+            "input_bytes": input_bytes,
             "outputs": outputs,
-            "errors": (slots.ctypes.data if slots.size else 0, int(slots.size)),
-            "lock": self._lock,
+            "contexts": [c.native(input_names) for c in self.contexts],
+            "max_contexts": max_contexts(),
+            "grow": functools.partial(self.add_context, list(input_names)),
             "owner": self,
             "capacity": capacity,
         }
+
+    def add_context(self, input_names: list[str]) -> dict:
+        """Another execution context (the shell asks when concurrent Runs find all of them busy)."""
+        with self._grow:
+            self.device.make_current()
+            with record():  # its warm-up and capture are not a compile: keep them out of any report
+                ctx = RunContext(self)
+            self.contexts.append(ctx)
+            log.info("gpu program: execution context %d for concurrent Runs", len(self.contexts))
+            return ctx.native(input_names)
 
     def artifacts(self) -> dict:
         """Kernel images and library plans: stored in a .mxr so a load compiles and searches nothing."""
@@ -365,6 +372,7 @@ class GpuExecutable:
             "workspace_bytes": self.workspace.nbytes,
             "cuda_graph": self.graph is not None,
             "checking_kernels": len(self.errors.specs),
+            "contexts": len(self.contexts),
         }
 
 

@@ -1,0 +1,112 @@
+"""One execution context of a gpu executable: what a Run needs for itself while other Runs of the same
+program go on beside it -- an arena, a library workspace, a stream, error slots, the launches bound to
+those addresses and their captured CUDA graph, and the lock that makes the context one Run's at a time.
+
+Weights, kernel images, loaded modules and library plans belong to the executable and are shared: a
+second context costs its arena and a graph capture, never a compile or a library search. The executable
+makes its first context at compile time; the shell's native Run path asks for more (up to
+``MIGRAPHX_EP_RUN_CONTEXTS``, default 4) only when concurrent Runs find every context busy.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from ...timing import stage
+from . import cuda
+from .errors import DeviceErrors
+from .lowering import Buf
+
+if TYPE_CHECKING:
+    from .executable import GpuExecutable, Launch
+
+log = logging.getLogger("migraphx_ep.gpu")
+
+
+def max_contexts() -> int:
+    """``MIGRAPHX_EP_RUN_CONTEXTS``: how many Runs of one program may be on the device at once."""
+    raw = os.environ.get("MIGRAPHX_EP_RUN_CONTEXTS", "4").strip() or "4"
+    try:
+        n = int(raw)
+    except ValueError:
+        raise ValueError(f"MIGRAPHX_EP_RUN_CONTEXTS={raw!r}: expected a positive integer") from None
+    if n < 1:
+        raise ValueError(f"MIGRAPHX_EP_RUN_CONTEXTS={raw!r}: expected a positive integer")
+    return n
+
+
+def run_lock() -> Any:
+    """The shell's RunLock (a C++ mutex the native Run path takes without the GIL), so Python and native
+    Runs of one context exclude each other; a plain lock where the extension is not built."""
+    try:
+        from ... import _C
+
+        return _C.RunLock()
+    except (ImportError, AttributeError):
+        return threading.Lock()
+
+
+def _use_graphs() -> bool:
+    return os.environ.get("MIGRAPHX_EP_DISABLE_CUDA_GRAPH", "0") in ("", "0")
+
+
+class RunContext:
+    def __init__(self, exe: GpuExecutable) -> None:
+        self.exe = exe
+        self.lock = run_lock()
+        self.stream = cuda.Stream()
+        self.arena = cuda.alloc(exe.arena_bytes)
+        self.errors = DeviceErrors(exe.checking_specs)
+        self.workspace: cuda.DeviceBuffer | None = None  # sized by binding (library plans ask)
+        self.launches: list[Launch] = exe.bind(self)
+        self.workspace = cuda.alloc(exe.workspace_bytes)
+        lowered = exe.lowered
+        self.inputs = [(name, self.ptr(b), b.shape) for name, b in lowered.inputs.items()]
+        self.outputs: list[tuple[int, Any] | np.ndarray] = [
+            o if isinstance(o, np.ndarray) else (self.ptr(o), o.shape) for o in lowered.outputs
+        ]
+        # Warm up eagerly once (first launches load code; libraries allocate lazily), then capture. The
+        # warm-up reads an uninitialised arena: the checks it trips are noise, cleared before any Run.
+        with stage("warm-up"):
+            self.issue(self.stream.handle)
+            self.stream.sync()
+        self.errors.clear()
+        self.graph: cuda.Graph | None = None
+        if _use_graphs() and self.launches:
+            try:
+                with stage("graph capture"):
+                    self.graph = cuda.Graph(self.stream, self.issue)
+            except cuda.CudaError as e:
+                log.warning("CUDA graph capture failed (%s); launching steps one by one", e)
+                self.graph = None
+
+    def ptr(self, b: Buf) -> int:
+        base = self.exe.weights.ptr if b.storage.kind == "weight" else self.arena.ptr
+        return base + b.storage.offset + b.offset
+
+    def workspace_ptr(self) -> int:
+        assert self.workspace is not None
+        return self.workspace.ptr
+
+    def issue(self, stream: int) -> None:
+        for launch in self.launches:
+            launch(stream)
+
+    def native(self, input_names: list[str]) -> dict:
+        """This context's part of a native plan (``csrc/native_run.h``): per fused-node input its arena
+        address (0: not a program parameter), per output its address (0: a constant)."""
+        where = {name: ptr for name, ptr, _ in self.inputs}
+        slots = self.errors.host
+        return {
+            "stream": self.stream.handle,
+            "graph": self.graph.exec_handle if self.graph is not None else 0,  # 0: nothing to launch
+            "inputs": [where.get(n, 0) for n in input_names],
+            "outputs": [0 if isinstance(o, np.ndarray) else o[0] for o in self.outputs],
+            "errors": (slots.ctypes.data if slots.size else 0, int(slots.size)),
+            "lock": self.lock,
+        }
