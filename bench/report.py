@@ -137,17 +137,23 @@ def speed_tables(by: dict[tuple, dict]) -> list[str]:
     for dtype in dtypes:
         rows = row_order({(k[0], k[1]) for k in by if k[2] == dtype})
         out += [f"### {dtype}: median ms per run (lower is better)", ""]
-        ratios = ["ours / ORT CUDA", "ours / torch.compile r-o"]
-        head = ["model", "batch", *(SYSTEMS[s] for s in present), *ratios]
+        ratios = ["ours / ORT CUDA", "ours / torch.compile r-o", "ours IOB / ORT CUDA IOB"]
+        ratios.append("ours IOB / torch r-o")
+        extra = ["ours: graph replay", "ours: IOB overhead us"]
+        head = ["model", "batch", *(SYSTEMS[s] for s in present), *extra, *ratios]
         out += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
         for model, batch in rows:
             got = {s: by.get((model, batch, dtype, s)) for s in SYSTEMS}
             cells = [_cell(got[s]) for s in present]
+            iob = got.get("migraphx_ep_iobinding") or {}
+            replay = [_ms(iob.get("graph_ms")), f"{iob['overhead_us']:.0f}" if "overhead_us" in iob else "—"]
             ratios = [
                 _ratio(got[OURS], got["ort_cuda_numpy"]),
                 _ratio(got[OURS], got["torch_compile_reduce-overhead"]),
+                _ratio(got["migraphx_ep_iobinding"], got["ort_cuda_iobinding"]),
+                _ratio(got["migraphx_ep_iobinding"], got["torch_compile_reduce-overhead"]),
             ]
-            out.append(f"| {_title(model, batch)} | " + " | ".join(cells + ratios) + " |")
+            out.append(f"| {_title(model, batch)} | " + " | ".join(cells + replay + ratios) + " |")
         out.append("")
     return out
 
@@ -263,7 +269,10 @@ def markdown(envs: list[dict], results: list[dict], skipped: list[dict], sources
         "Ours, ORT CUDA EP and ORT CPU EP: `sess.run` with numpy inputs and outputs (host<->device copies "
         "included). IOBinding: inputs and outputs stay on the GPU. torch: inputs on the GPU, "
         "`torch.cuda.synchronize()` after each call. Ratios: our median over the peer's median "
-        "(below 1: ours is faster); the ORT ratio is like for like (both numpy in/out).",
+        "(below 1: ours is faster); the ORT ratio is like for like (both numpy in/out), as is the IOB one "
+        "(both IOBinding, device in/out). Graph replay: our program's CUDA graph alone; IOB overhead: "
+        "ours with IOBinding minus that replay (ORT, the shell's native Run path, the copies into the "
+        "program's arena).",
         "",
     ]
     out += speed_tables(timed) if timed else ["No results.", ""]
