@@ -169,7 +169,8 @@ SPECS: list[Spec] = [
         "migraphx_exhaustive_tune",
         "ORT_MIGRAPHX_EXHAUSTIVE_TUNE",
         "working",
-        "the gpu target always times cuBLASLt candidates and runs cuDNN Find",
+        "gpu: every input shape times cuBLASLt candidates and runs cuDNN Find; by default only a fused "
+        "node's first shape does, later shapes take the libraries' heuristics (a fast new shape)",
     ),
     Spec(
         "mem_limit",

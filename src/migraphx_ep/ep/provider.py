@@ -130,9 +130,14 @@ class MIGraphXEp:
 
     # -- Compile --------------------------------------------------------------------------------
     def compile_program(
-        self, prog: Program, options: EpOptions, tensors: Mapping[str, Instruction] | None = None
+        self,
+        prog: Program,
+        options: EpOptions,
+        tensors: Mapping[str, Instruction] | None = None,
+        search: bool = True,
     ) -> None:
-        # Timed and logged per new shape by the caller (CompiledSubgraph._build), parse included.
+        """``search``: time library algorithms (the caller's first shape; every one with exhaustive_tune).
+        Timed and logged per new shape by the caller (CompiledSubgraph._build), parse included."""
         if self.calibration is not None or options.fp16_enable or options.bf16_enable:
             with stage("quantize"):
                 self._quantize(prog, options, tensors)
@@ -147,7 +152,8 @@ class MIGraphXEp:
                 # on the ref target beat a failed Run; the warning names what runs there.
                 log.warning("%s: %s; this subgraph runs on the ref target (CPU) instead", EP_NAME, reason)
                 target = get_target("ref")
-        prog.compile(target, exhaustive_tune=options.exhaustive_tune)
+        tune = options.exhaustive_tune
+        prog.compile(target, exhaustive_tune=tune, search=search or tune)
 
     def _quantize(self, prog: Program, options: EpOptions, tensors: Mapping[str, Instruction] | None) -> None:
         if self.calibration is not None:

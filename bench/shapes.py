@@ -1,0 +1,169 @@
+"""New input shapes on one session: what a never-seen shape costs, and what it compiles. Usage:
+
+    python3 bench/shapes.py MODEL.onnx --dim batch=1:64 [--dim H=224:1024:32 ...] [--calls 200]
+        [--systems migraphx_ep,ort_cuda] [--fp16] [--out shapes.jsonl]
+
+Each ``--dim NAME=LO:HI[:STEP]`` draws the model's symbolic dim ``NAME`` (for inputs whose dim is that
+``dim_param``; several names may share a draw with ``NAME1,NAME2=...``) per call, from one seeded
+sequence shared by every system. Per system it reports: the first call (session + first compile), the
+latency of calls whose shape was never seen (p50 / p95 / max), of calls whose shape was seen, the
+NVRTC compiles and program compiles after the first call (ours), and the total time of the sequence.
+``--steady`` then compares, for a few of the shapes, a Run in this session with a Run in a session
+whose first (fully specialised, timed-search) compile was that shape.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+from pathlib import Path
+
+import numpy as np
+import onnx
+
+EP = "MIGraphXExecutionProvider"
+
+
+def _ranges(specs: list[str]) -> list[tuple[list[str], list[int]]]:
+    out = []
+    for spec in specs:
+        names, _, rng = spec.partition("=")
+        parts = [int(p) for p in rng.split(":")]
+        lo, hi, step = parts[0], parts[1], parts[2] if len(parts) > 2 else 1
+        out.append((names.split(","), list(range(lo, hi + 1, step))))
+    return out
+
+
+def _feeds(model: onnx.ModelProto, dims: dict[str, int], rng: np.random.Generator) -> dict[str, np.ndarray]:
+    inits = {t.name for t in model.graph.initializer}
+    feeds = {}
+    for vi in model.graph.input:
+        if vi.name in inits:
+            continue
+        tt = vi.type.tensor_type
+        shape = [d.dim_value if d.HasField("dim_value") else dims[d.dim_param] for d in tt.shape.dim]
+        dt = onnx.helper.tensor_dtype_to_np_dtype(tt.elem_type)
+        if np.issubdtype(dt, np.integer):
+            feeds[vi.name] = rng.integers(0, 2, shape).astype(dt)
+        else:
+            feeds[vi.name] = rng.standard_normal(shape).astype(dt)
+    return feeds
+
+
+def _sequence(ranges, calls: int, seed: int) -> list[dict[str, int]]:
+    rng = np.random.default_rng(seed)
+    seq = []
+    for _ in range(calls):
+        d = {}
+        for names, values in ranges:
+            v = int(rng.choice(values))
+            d.update({n: v for n in names})
+        seq.append(d)
+    return seq
+
+
+def _session(system: str, path: str, fp16: bool):
+    import onnxruntime as ort
+
+    if system == "migraphx_ep":
+        import migraphx_ep
+
+        opts = {"migraphx_target": "gpu", "migraphx_fp16_enable": "1" if fp16 else "0"}
+        ours = (migraphx_ep.get_ep_name(), opts)
+        return ort.InferenceSession(path, providers=[ours, "CPUExecutionProvider"])
+    return ort.InferenceSession(path, providers=["CUDAExecutionProvider", "CPUExecutionProvider"])
+
+
+def _pct(xs: list[float], q: float) -> float | None:
+    return sorted(xs)[min(len(xs) - 1, int(q * len(xs)))] if xs else None
+
+
+def run_system(system: str, path: str, model, seq, fp16: bool, seed: int) -> dict:
+    counters = None
+    if system == "migraphx_ep":
+        from migraphx_ep.targets.gpu import nvrtc
+
+        counters = nvrtc.compile_count
+    t0 = time.perf_counter()
+    sess = _session(system, path, fp16)
+    rng = np.random.default_rng(seed)
+    seen: set[tuple] = set()
+    new_ms, old_ms, first_s = [], [], 0.0
+    nvrtc_after_first = 0
+    start = time.perf_counter()
+    for i, dims in enumerate(seq):
+        feeds = _feeds(model, dims, rng)
+        key = tuple(sorted(dims.items()))
+        c0 = counters() if counters else 0
+        t = time.perf_counter()
+        sess.run(None, feeds)
+        ms = (time.perf_counter() - t) * 1e3
+        if i == 0:
+            first_s = time.perf_counter() - t0
+        else:
+            (old_ms if key in seen else new_ms).append(ms)
+            nvrtc_after_first += (counters() - c0) if counters else 0
+        seen.add(key)
+    total_s = time.perf_counter() - start
+    rec = {
+        "system": system, "calls": len(seq), "shapes": len(seen), "first_call_s": first_s,
+        "new_shape_ms_p50": _pct(new_ms, 0.5), "new_shape_ms_p95": _pct(new_ms, 0.95),
+        "new_shape_ms_max": max(new_ms) if new_ms else None, "seen_shape_ms_p50": _pct(old_ms, 0.5),
+        "sequence_s": total_s,
+    }  # fmt: skip
+    if counters:
+        rec["nvrtc_compiles_after_first"] = nvrtc_after_first
+    rec["_session"] = sess
+    return rec
+
+
+def steady(path: str, model, sess, shapes: list[dict[str, int]], fp16: bool, runs: int = 20) -> list[dict]:
+    """Per shape: median Run in the dynamic session vs in a session whose first compile was that shape."""
+    out = []
+    for dims in shapes:
+        feeds = _feeds(model, dims, np.random.default_rng(0))
+        fixed = _session("migraphx_ep", path, fp16)
+        times = {}
+        for name, s in (("dynamic_ms", sess), ("specialised_ms", fixed)):
+            s.run(None, feeds)
+            ts = []
+            for _ in range(runs):
+                t = time.perf_counter()
+                s.run(None, feeds)
+                ts.append((time.perf_counter() - t) * 1e3)
+            times[name] = statistics.median(ts)
+        out.append({"dims": dims, **times, "ratio": times["dynamic_ms"] / times["specialised_ms"]})
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("model")
+    ap.add_argument("--dim", action="append", default=[], help="NAME[,NAME2]=LO:HI[:STEP]")
+    ap.add_argument("--calls", type=int, default=200)
+    ap.add_argument("--systems", default="migraphx_ep")
+    ap.add_argument("--fp16", action="store_true")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--steady", type=int, default=3, help="shapes to compare with a specialised compile")
+    ap.add_argument("--out", default="")
+    a = ap.parse_args()
+    model = onnx.load(a.model, load_external_data=False)
+    seq = _sequence(_ranges(a.dim), a.calls, a.seed)
+    for system in a.systems.split(","):
+        rec = run_system(system, a.model, model, seq, a.fp16, a.seed)
+        sess = rec.pop("_session")
+        rec["model"] = Path(a.model).name
+        if system == "migraphx_ep" and a.steady:
+            picks = [seq[i] for i in range(1, len(seq), max(1, len(seq) // a.steady))][: a.steady]
+            rec["steady"] = steady(a.model, model, sess, picks, a.fp16)
+        line = json.dumps(rec)
+        print(line, flush=True)
+        if a.out:
+            with open(a.out, "a") as f:
+                f.write(line + "\n")
+
+
+if __name__ == "__main__":
+    main()
