@@ -76,3 +76,35 @@ def test_the_executables_pool_counts_into_the_compile_record():
     with record() as again:
         exe._compile_kernels(specs)  # every image already held: no NVRTC stage at all
     assert again.stages == {} and nvrtc.compile_count() == n + 3
+
+
+def test_repeated_layers_compile_each_kernel_body_once():
+    """Kernels are compiled under one symbol (``canonical``): the same op in every layer of a transformer
+    is one NVRTC compile. The two-layer test BERT lowers to 27 kernels with 15 distinct bodies."""
+    import os
+
+    import onnx
+
+    from migraphx_ep.frontend.graph import model_to_dict
+    from migraphx_ep.frontend.parser import parse_graph
+    from migraphx_ep.ir.dtypes import from_onnx
+    from migraphx_ep.passes import run_passes
+    from migraphx_ep.targets.gpu.decompose import gpu_pipeline
+    from migraphx_ep.targets.gpu.kernels.spec import KERNEL_SYMBOL, canonical
+    from migraphx_ep.targets.gpu.lowering import KernelStep, lower
+
+    path = os.path.join(os.path.dirname(__file__), "..", "models", "bert.onnx")
+    g = model_to_dict(onnx.load(path))
+    shapes = {n: Shape(from_onnx(g["values"][n]["dtype"]), (2, 16)) for n in g["inputs"]}
+    m = parse_graph(g, shapes, specialize=True).program.get_main_module()
+    run_passes(m, gpu_pipeline())
+    specs = [s.spec for s in lower(m, True, True).steps if isinstance(s, KernelStep)]
+    bodies = {canonical(sp).source for sp in specs}
+    assert len(specs) == 27 and len(bodies) == 15
+    assert all(canonical(sp).name == KERNEL_SYMBOL and sp.name not in canonical(sp).source for sp in specs)
+    exe = GpuExecutable.__new__(GpuExecutable)
+    exe.device, exe._images = types.SimpleNamespace(arch=ARCH), {}
+    before = nvrtc.cache_stats()
+    exe._compile_kernels([canonical(sp) for sp in specs])
+    d = delta(before)
+    assert d["compiled"] + d["cache hits"] + d["disk hits"] == 15 and len(exe._images) == 15

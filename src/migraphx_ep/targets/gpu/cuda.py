@@ -279,8 +279,10 @@ class BoundLaunch:
         block: Sequence[int],
         shared: int,
         pointers: Sequence[int],
+        label: str = "",
     ) -> None:
         self.kernel = kernel
+        self.label = label or kernel.name  # the lowering's name: kernels share compiled symbols
         self.grid = tuple(int(g) for g in grid)
         self.block = tuple(int(b) for b in block)
         self.shared = int(shared)
@@ -307,7 +309,7 @@ class BoundLaunch:
                 ctypes.addressof(self._argv),
                 0,
             ),
-            f"launch of {self.kernel.name}",
+            f"launch of {self.label}",
         )
 
 

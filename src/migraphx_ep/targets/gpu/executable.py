@@ -25,7 +25,7 @@ from ...timing import carry, count, record, stage
 from . import cuda
 from .context import RunContext, max_contexts
 from .errors import DeviceErrors
-from .kernels.spec import KernelSpec, Unsupported
+from .kernels.spec import KernelSpec, Unsupported, canonical
 from .lowering import Buf, ConvStep, GemmStep, KernelStep, Lowered, plan_lowered
 from .memory import ALIGN, Storage, align
 from .nvrtc import compile_source, source_key
@@ -126,22 +126,23 @@ class GpuExecutable:
         by the first context; later ones reuse them)."""
         steps = self.lowered.steps
         kernel_steps = [s for s in steps if isinstance(s, KernelStep)]
-        self._compile_kernels([s.spec for s in kernel_steps])
+        self._compile_kernels([canonical(s.spec) for s in kernel_steps])
         launches: list[Launch] = []
         modules = self._modules
         for i, s in enumerate(steps):
             if all(b.shape.elements() == 0 for b in s.writes):
                 continue
             if isinstance(s, KernelStep):
-                key = source_key(s.spec.source, self.device.arch)
+                spec = canonical(s.spec)  # one compile and module per distinct kernel body
+                key = source_key(spec.source, self.device.arch)
                 mod = modules.get(key)
                 if mod is None:
                     with stage("module load"):
                         mod = modules[key] = cuda.Module(self._images[key])
                 ptrs = [ctx.ptr(b) for b in s.reads] + [ctx.ptr(b) for b in s.writes]
                 ptrs += [ctx.errors.pointer(s.spec)] if s.spec.checks else []
-                launches.append(cuda.BoundLaunch(mod.function(s.spec.name), s.spec.grid, s.spec.block,
-                                                 s.spec.shared_bytes, ptrs))  # fmt: skip
+                launches.append(cuda.BoundLaunch(mod.function(spec.name), spec.grid, spec.block,
+                                                 spec.shared_bytes, ptrs, label=s.spec.name))  # fmt: skip
             elif isinstance(s, GemmStep | ConvStep):
                 try:
                     bind = self._bind_gemm if isinstance(s, GemmStep) else self._bind_conv
@@ -181,6 +182,7 @@ class GpuExecutable:
             shapes = [out.shape] + [e.shape for e in extra]
             ep = K.pointwise_kernel(f"fb{id(s)}_epilogue", expr, shapes, out.shape)
             specs.append((ep, [ctx.ptr(out)] + [ctx.ptr(e) for e in extra] + [ctx.ptr(out)]))
+        specs = [(canonical(sp), ptrs) for sp, ptrs in specs]
         self._compile_kernels([sp for sp, _ in specs])
         bound = []
         for sp, ptrs in specs:

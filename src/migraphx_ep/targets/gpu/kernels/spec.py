@@ -18,6 +18,8 @@ The contract between the lowering (``targets/gpu/lowering.py``) and the generato
 
 from __future__ import annotations
 
+import dataclasses
+import re
 from dataclasses import dataclass
 from typing import Union
 
@@ -44,6 +46,21 @@ class KernelSpec:
     n_inputs: int = 1
     n_outputs: int = 1
     checks: tuple[Check, ...] = ()  # non-empty: the kernel takes an error slot (see the module doc)
+
+
+# The symbol every kernel is compiled under (``canonical``).
+KERNEL_SYMBOL = "mx_kernel"
+
+
+def canonical(spec: KernelSpec) -> KernelSpec:
+    """``spec`` under the one symbol name ``KERNEL_SYMBOL``: kernels that differ only in their name (the
+    same op in every layer of a transformer, or of a repeated block) then have one source, so they share
+    one NVRTC compile, one image and one loaded function. The lowering's names (``k12_add``) stay on the
+    original spec for error messages and traces."""
+    if spec.name == KERNEL_SYMBOL:
+        return spec
+    source = re.sub(rf"\b{re.escape(spec.name)}\b", KERNEL_SYMBOL, spec.source)
+    return dataclasses.replace(spec, name=KERNEL_SYMBOL, source=source)
 
 
 @dataclass(frozen=True)
