@@ -164,22 +164,3 @@ def test_every_compile_logs_what_it_cost(caplog):
         stages = dict(re.findall(r"(\w+) ([\d.]+) s", m.group(2)))
         assert "passes" in stages and "nvrtc" not in stages  # the ref target compiles no kernels
         assert sum(float(s) for s in stages.values()) <= float(m.group(1)) + 0.004
-
-
-def test_only_the_first_shape_times_library_algorithms():
-    """A node's first shape gets the timed library search (search=True); later shapes compile with the
-    libraries' heuristics (search=False), unless migraphx_exhaustive_tune asks for timing every time."""
-    cases = [({}, [True, False, False]), ({"migraphx_exhaustive_tune": "1"}, [True, True, True])]
-    for options, want in cases:
-        c = compiled(options)
-        seen = []
-        real = c._compile_program
-
-        def spy(prog, opts, tensors, search=True, real=real, seen=seen):
-            seen.append(search or opts.exhaustive_tune)
-            return real(prog, opts, tensors, search=search)
-
-        c._compile_program = spy
-        for n in (2, 5, 7, 2):
-            c.run([np.ones((n, 3), np.float32)])
-        assert seen == want

@@ -187,25 +187,3 @@ def test_concurrent_native_runs_get_their_own_contexts():
         assert all(ex.map(work, range(4)))
     exes = [p._exe for c in compiled for p in c.programs.values()]
     assert max(len(e.contexts) for e in exes) > 1
-
-
-def test_later_shapes_skip_the_timed_library_search():
-    blob, model = _bert()
-    compiled: list = []
-    real = bridge.compile
-
-    def keep(ep, graph, fused):
-        c = real(ep, graph, fused)
-        compiled.append(c)
-        return c
-
-    bridge.compile = keep
-    try:
-        sess = _session(blob)
-    finally:
-        bridge.compile = real
-    for b, s in ((2, 9), (3, 5), (1, 12)):
-        f = feeds_for(model, batch=b, seq=s)
-        _close(sess.run(None, f), _cpu(blob, f))
-    searched = [p._exe.search for c in compiled for p in c.programs.values()]
-    assert searched == [True, False, False]

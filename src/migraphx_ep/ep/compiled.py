@@ -16,6 +16,7 @@ import numpy as np
 from ..frontend.parser import ParseNeedsValue, parse_graph
 from ..frontend.probe import probe_parse
 from ..ir.dtypes import DType, from_onnx, to_numpy
+from ..ir.instruction import Instruction
 from ..ir.program import Program
 from ..ir.shape import Shape
 from ..timing import record
@@ -26,9 +27,9 @@ from .subgraphs import EP_NAME
 log = logging.getLogger("migraphx_ep")
 
 ShapeKey = tuple[tuple[int, ...], ...]
-# compile_program(prog, options, tensors, search=...): tensors maps ONNX value names to the parsed
-# program's instructions (calibration tables name tensors so); search: time library algorithms.
-CompileProgram = Callable[..., None]
+# compile_program(prog, options, tensors): tensors maps ONNX value names to the parsed program's
+# instructions (calibration tables name tensors so).
+CompileProgram = Callable[[Program, EpOptions, Mapping[str, Instruction]], None]
 
 
 class InputError(ValueError):
@@ -112,9 +113,7 @@ class CompiledSubgraph:
         with record() as times:
             parsed = parse_graph(self.graph, shapes, specialize=True, input_values=values)
             prog = parsed.program
-            # The first shape gets the timed library search (a static model's only program); later shapes
-            # take the libraries' heuristics, so a new shape compiles fast (exhaustive_tune: always time).
-            self._compile_program(prog, self.options, parsed.values, search=self.compiles == 0)
+            self._compile_program(prog, self.options, parsed.values)
         self.compiles += 1
         named = [f"{n}{list(d)}" for n, d in zip(self.input_names, dims, strict=True)]
         inputs = ", ".join(named[:6]) + (f" and {len(named) - 6} more" if len(named) > 6 else "")  # KV caches

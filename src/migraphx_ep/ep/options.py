@@ -169,8 +169,7 @@ SPECS: list[Spec] = [
         "migraphx_exhaustive_tune",
         "ORT_MIGRAPHX_EXHAUSTIVE_TUNE",
         "working",
-        "gpu: every input shape times cuBLASLt candidates and runs cuDNN Find; by default only a fused "
-        "node's first shape does, later shapes take the libraries' heuristics (a fast new shape)",
+        "the gpu target always times cuBLASLt candidates and runs cuDNN Find",
     ),
     Spec(
         "mem_limit",

@@ -130,14 +130,9 @@ class MIGraphXEp:
 
     # -- Compile --------------------------------------------------------------------------------
     def compile_program(
-        self,
-        prog: Program,
-        options: EpOptions,
-        tensors: Mapping[str, Instruction] | None = None,
-        search: bool = True,
+        self, prog: Program, options: EpOptions, tensors: Mapping[str, Instruction] | None = None
     ) -> None:
-        """``search``: time library algorithms (the caller's first shape; every one with exhaustive_tune).
-        Timed and logged per new shape by the caller (CompiledSubgraph._build), parse included."""
+        # Timed and logged per new shape by the caller (CompiledSubgraph._build), parse included.
         if self.calibration is not None or options.fp16_enable or options.bf16_enable:
             with stage("quantize"):
                 self._quantize(prog, options, tensors)
@@ -152,8 +147,7 @@ class MIGraphXEp:
                 # on the ref target beat a failed Run; the warning names what runs there.
                 log.warning("%s: %s; this subgraph runs on the ref target (CPU) instead", EP_NAME, reason)
                 target = get_target("ref")
-        tune = options.exhaustive_tune
-        prog.compile(target, exhaustive_tune=tune, search=search or tune)
+        prog.compile(target, exhaustive_tune=options.exhaustive_tune)
 
     def _quantize(self, prog: Program, options: EpOptions, tensors: Mapping[str, Instruction] | None) -> None:
         if self.calibration is not None:

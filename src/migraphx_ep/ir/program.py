@@ -20,9 +20,6 @@ class CompileOptions:
     offload_copy: bool = True
     fast_math: bool = True
     exhaustive_tune: bool = False
-    # Time the library algorithms (cuBLASLt candidates, cuDNN Find); False: the libraries' heuristics
-    # only, for a compile that must be fast (a new input shape of a program already tuned once).
-    search: bool = True
 
 
 class Executable(Protocol):
@@ -72,16 +69,11 @@ class Program:
 
     # -- compile and run ------------------------------------------------------------------------
     def compile(
-        self,
-        t: Target,
-        offload_copy: bool = True,
-        fast_math: bool = True,
-        exhaustive_tune: bool = False,
-        search: bool = True,
+        self, t: Target, offload_copy: bool = True, fast_math: bool = True, exhaustive_tune: bool = False
     ) -> None:
         if self._exe is not None:
             raise RuntimeError("program is already compiled")
-        self._exe = t.compile(self, CompileOptions(offload_copy, fast_math, exhaustive_tune, search))
+        self._exe = t.compile(self, CompileOptions(offload_copy, fast_math, exhaustive_tune))
         self.target_name = t.name
 
     def run_numpy(self, params: Mapping[str, Any], borrow_outputs: bool = False) -> list[np.ndarray]:

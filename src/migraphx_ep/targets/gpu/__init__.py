@@ -92,7 +92,6 @@ class GpuTarget:
             device,
             allow_tf32=self.allow_tf32,
             artifacts=artifacts,
-            search=options.search or options.exhaustive_tune,
             param_shapes=main.get_parameter_shapes(),
         )
 

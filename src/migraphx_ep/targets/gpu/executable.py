@@ -44,14 +44,12 @@ class GpuExecutable:
         allow_tf32: bool,
         artifacts: dict | None = None,
         param_shapes: dict | None = None,
-        search: bool = True,
     ) -> None:
         t0 = time.perf_counter()
         self.device = device
         self.lowered = lowered
         self.allow_tf32 = allow_tf32
         self.param_shapes = param_shapes
-        self.search = search  # time library algorithms (else heuristics: a fast compile)
         self._local = threading.local()
         artifacts = artifacts or {}
         self._images: dict[str, bytes] = dict(artifacts.get("kernels", {}))
@@ -226,7 +224,7 @@ class GpuExecutable:
             p = blas.plan_gemm(
                 s.dtype, s.batch, s.m, s.n, s.k, la, lb, lc,
                 beta=1.0 if s.has_residual else 0.0, bias=s.has_bias, relu=s.relu, allow_tf32=self.allow_tf32,
-                tuned=self._plans.get(key), tune=self.search, alignment=_alignment(a, b, c, d, bias),
+                tuned=self._plans.get(key), tune=True, alignment=_alignment(a, b, c, d, bias),
             )  # fmt: skip
         self._plans[key] = p.to_dict()
         self.workspace_bytes = max(self.workspace_bytes, align(p.workspace_size))
@@ -245,7 +243,7 @@ class GpuExecutable:
             p = dnn.plan_conv(
                 x.shape.type, x.shape, w.shape, y.shape, tuple(pads[:k]), tuple(pads[k:]), tuple(strides),
                 tuple(dil), s.op.group, bias=s.has_bias, relu=s.relu, residual=s.has_residual,  # type: ignore
-                allow_tf32=self.allow_tf32, tuned=self._plans.get(key), exhaustive=self.search,
+                allow_tf32=self.allow_tf32, tuned=self._plans.get(key),
                 z=s.reads[-1].shape if s.has_residual else None,
             )  # fmt: skip
         self._plans[key] = p.to_dict()
