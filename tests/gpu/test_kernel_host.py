@@ -70,10 +70,11 @@ def launch(spec: KernelSpec, tmp: Path, ins: list[np.ndarray], out: np.ndarray) 
     err = np.zeros(1, np.int32)
     ptrs = [a.ctypes.data for a in (*ins, out)] + ([err.ctypes.data] if spec.checks else [])
     fn = lib[spec.name]
-    fn.argtypes = [ctypes.c_void_p] * len(ptrs)
+    scalar = ctypes.c_uint64 if spec.arg_bits == 64 else ctypes.c_uint32
+    fn.argtypes = [ctypes.c_void_p] * len(ptrs) + [scalar] * len(spec.args)  # run-time sizes last
     for t in range(BLOCK):
         lib.mx_set_thread(t)
-        fn(*ptrs)
+        fn(*ptrs, *spec.args)
     return int(err[0])
 
 
@@ -168,3 +169,31 @@ def test_max_pool_skips_nan_like_the_ref(tmp_path):
     out = np.zeros(out_shape.lens, np.float32)
     launch(K.kernel_for("k_pool", op, [shape(x)], out_shape), tmp_path, [x], out)
     np.testing.assert_array_equal(out, op.compute(out_shape, [x]))
+
+
+# -- run-time sizes ----------------------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    "a_shape,b_shape",
+    [((3, 5, 7), (1, 5, 1)), ((2, 4, 6), (1, 4, 1))],  # one source, two shapes: sizes come as arguments
+)
+def test_one_source_serves_two_shapes(tmp_path, a_shape, b_shape):
+    rng = np.random.default_rng(0)
+    a = rng.standard_normal(a_shape).astype(np.float32)
+    b = rng.standard_normal(b_shape).astype(np.float32)
+    bb = Shape(
+        DType.float_type,
+        a_shape,
+        [0 if n == 1 else s for n, s in zip(b_shape, (b_shape[1] * b_shape[2], b_shape[2], 1), strict=True)],
+    )
+    expr = PwOp(make_op("add"), (PwInput(0), PwInput(1)), DType.float_type)
+    spec = K.pointwise_kernel("k_bcast_add", expr, [shape(a), bb], shape(np.empty(a_shape, np.float32)))
+    other = K.pointwise_kernel(
+        "k_bcast_add",
+        expr,
+        [Shape(DType.float_type, (3, 5, 7)), Shape(DType.float_type, (3, 5, 7), (0, 1, 0))],
+        Shape(DType.float_type, (3, 5, 7)),
+    )
+    assert spec.source == other.source and spec.args  # the second shape needs no compile
+    out = np.zeros(a_shape, np.float32)
+    assert launch(spec, tmp_path, [a, b], out) == 0
+    np.testing.assert_allclose(out, a + b, rtol=1e-6)

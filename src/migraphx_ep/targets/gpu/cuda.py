@@ -270,7 +270,8 @@ class Kernel:
 
 
 class BoundLaunch:
-    """``kernel<<<grid, block, shared, stream>>>(*pointers)`` with the argument block built once."""
+    """``kernel<<<grid, block, shared, stream>>>(*pointers, *scalars)`` with the argument block built once
+    (``scalars``: run-time sizes, unsigned integers of ``scalar_bits``)."""
 
     def __init__(
         self,
@@ -280,6 +281,8 @@ class BoundLaunch:
         shared: int,
         pointers: Sequence[int],
         label: str = "",
+        scalars: Sequence[int] = (),
+        scalar_bits: int = 32,
     ) -> None:
         self.kernel = kernel
         self.label = label or kernel.name  # the lowering's name: kernels share compiled symbols
@@ -287,7 +290,9 @@ class BoundLaunch:
         self.block = tuple(int(b) for b in block)
         self.shared = int(shared)
         kernel.set_shared(self.shared)
-        self._values = [ctypes.c_void_p(int(p)) for p in pointers]
+        scalar = ctypes.c_uint64 if scalar_bits == 64 else ctypes.c_uint32
+        self._values: list = [ctypes.c_void_p(int(p)) for p in pointers]
+        self._values += [scalar(int(v)) for v in scalars]
         self._argv = (ctypes.c_void_p * max(len(self._values), 1))(
             *[ctypes.addressof(v) for v in self._values]
         )

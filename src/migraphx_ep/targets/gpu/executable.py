@@ -140,7 +140,8 @@ class GpuExecutable:
                 ptrs = [ctx.ptr(b) for b in s.reads] + [ctx.ptr(b) for b in s.writes]
                 ptrs += [ctx.errors.pointer(s.spec)] if s.spec.checks else []
                 launches.append(cuda.BoundLaunch(mod.function(spec.name), spec.grid, spec.block,
-                                                 spec.shared_bytes, ptrs, label=s.spec.name))  # fmt: skip
+                                                 spec.shared_bytes, ptrs, label=s.spec.name,
+                                                 scalars=spec.args, scalar_bits=spec.arg_bits))  # fmt: skip
             elif isinstance(s, GemmStep | ConvStep):
                 try:
                     bind = self._bind_gemm if isinstance(s, GemmStep) else self._bind_conv
@@ -186,7 +187,8 @@ class GpuExecutable:
         for sp, ptrs in specs:
             key = source_key(sp.source, self.device.arch)
             mod = self._modules.get(key) or self._modules.setdefault(key, cuda.Module(self._images[key]))
-            bound.append(cuda.BoundLaunch(mod.function(sp.name), sp.grid, sp.block, sp.shared_bytes, ptrs))
+            bound.append(cuda.BoundLaunch(mod.function(sp.name), sp.grid, sp.block, sp.shared_bytes, ptrs,
+                                          scalars=sp.args, scalar_bits=sp.arg_bits))  # fmt: skip
 
         def launch(stream: int) -> None:
             for f in bound:

@@ -15,6 +15,7 @@ from ....ir.shape import Shape
 from .prelude import (
     BLOCK,
     PRELUDE,
+    Params,
     c_literal,
     c_type,
     check_strides,
@@ -48,14 +49,15 @@ def raw_literal(value: float, t: DType) -> str:
     return f"(({raw_type(t)}){int(bits)}ull)"
 
 
-def out_digits(out: Shape, var: str, idx: str) -> tuple[list[str], list[str]]:
+def out_digits(out: Shape, var: str, idx: str, p: Params | None = None) -> tuple[list[str], list[str]]:
     """C lines giving each logical output dim a digit ``o0..`` from ``var``, which walks ``out`` in
-    memory order (dims of length 1 get the digit 0)."""
+    memory order (dims of length 1 get the digit 0); lens are run-time arguments when ``p`` is given."""
     order = sorted((d for d in range(out.ndim()) if out.lens[d] != 1), key=lambda d: -out.strides[d])
-    lines = decompose(var, [out.lens[d] for d in order], "p", idx)
+    lens = [out.lens[d] if p is None else p(out.lens[d]) for d in order]
+    lines = decompose(var, lens, "q", idx)
     digits = [f"(({idx})0)"] * out.ndim()
     for k, d in enumerate(order):
-        digits[d] = f"p{k}"
+        digits[d] = f"q{k}"
     return lines, digits
 
 
@@ -67,66 +69,82 @@ def index_kernel(
     out_c: str,
     body: list[str],
     checks: tuple[Check, ...] = (),
+    p: Params | None = None,
 ) -> KernelSpec:
     """The grid-stride loop over ``out``'s elements; ``body`` sees ``o0..`` (the output's logical
     index as ``{idx}``), ``oo`` (the output offset), ``IDX`` and ``err`` when ``checks`` are given
-    (``continue`` skips an element), and stores ``out0[oo]``."""
+    (``continue`` skips an element), and stores ``out0[oo]``. With ``p`` (``params_for``: the body's
+    own run-time sizes come first) the loop's sizes are run-time arguments too."""
     check_strides(out, *ins)
     idx = index_type(span(out, *ins))
     n = out.elements()
-    sig = signature(name, in_c, [out_c], checked=bool(checks))
     if n == 0:
+        sig = signature(name, in_c, [out_c], checked=bool(checks))
         return KernelSpec(name, PRELUDE + sig + " {}\n", (1, 1, 1), (BLOCK, 1, 1), 0, len(ins), checks=checks)
-    lines, digits = out_digits(out, "i", idx)
-    src = [f"  for ({idx} i = blockIdx.x * {BLOCK}u + threadIdx.x; i < {n}u; i += gridDim.x * {BLOCK}u) {{"]
+    lines, digits = out_digits(out, "i", idx, p)
+    count = f"{n}u" if p is None else p(n)
+    strides = out.strides if p is None else [p.stride(s) for s in out.strides]
+    step = f"gridDim.x * {BLOCK}u"
+    src = [f"  for ({idx} i = blockIdx.x * {BLOCK}u + threadIdx.x; i < {count}; i += {step}) {{"]
     src += [f"    {x}" for x in lines]
     src += [f"    const {idx} o{d} = {g};" for d, g in enumerate(digits)]
-    src.append(f"    const {idx} oo = {offset([f'o{d}' for d in range(out.ndim())], out.strides, idx)};")
+    src.append(f"    const {idx} oo = {offset([f'o{d}' for d in range(out.ndim())], strides, idx)};")
     src += [f"    {x}" for x in body] + ["  }"]
+    sig = signature(name, in_c, [out_c], checked=bool(checks), scalars=p.decls() if p else ())
     text = PRELUDE + f"typedef {idx} IDX;\n" + sig + " {\n" + "\n".join(src) + "\n}\n"
-    return KernelSpec(name, text, grid_for(n), (BLOCK, 1, 1), 0, len(ins), checks=checks)
+    args, bits = (tuple(p.values), 64 if idx == "u64" else 32) if p else ((), 32)
+    return KernelSpec(name, text, grid_for(n), (BLOCK, 1, 1), 0, len(ins), 1, checks, args, bits)
+
+
+def params_for(out: Shape, *ins: Shape) -> Params:
+    """Run-time sizes for an ``index_kernel`` over ``out`` reading ``ins`` (its index type)."""
+    return Params(index_type(span(out, *ins)))
 
 
 def concat_kernel(name: str, op: Op, inputs: list[Shape], out: Shape) -> KernelSpec:
     r = out.ndim()
     a = op.axis % r  # type: ignore[attr-defined]
     o = [f"o{d}" for d in range(r)]
+    p = params_for(out, *inputs)
     body, start = [], 0
     for k, s in enumerate(inputs):
         n = s.lens[a]
         if n == 0:
             continue
-        src = o[:a] + [f"(o{a} - {start}u)"] + o[a + 1 :]
-        cond = "" if start + n == out.lens[a] else f"if (o{a} < {start + n}u) "
-        body.append(f"{'' if not body else 'else '}{cond}out0[oo] = in{k}[{offset(src, s.strides, 'IDX')}];")
+        src = o[:a] + [f"(o{a} - {p(start)})"] + o[a + 1 :]
+        cond = "" if start + n == out.lens[a] else f"if (o{a} < {p(start + n)}) "
+        load = offset(src, [p.stride(x) for x in s.strides], "IDX")
+        body.append(f"{'' if not body else 'else '}{cond}out0[oo] = in{k}[{load}];")
         start += n
     raw = raw_type(out.type)
-    return index_kernel(name, inputs, [raw] * len(inputs), out, raw, body)
+    return index_kernel(name, inputs, [raw] * len(inputs), out, raw, body, p=p)
 
 
 def pad_kernel(name: str, op: Op, x: Shape, out: Shape) -> KernelSpec:
     r = x.ndim()
     pads, mode = op.pads, op.mode  # type: ignore[attr-defined]
+    p = params_for(out, x)
     body, src, inside = [], [], []
     for d in range(r):
         lo, n = pads[d], x.lens[d]
-        body.append(f"i64 i{d} = (i64)o{d} - {lo}ll;")
+        body.append(f"i64 i{d} = (i64)o{d} - {lo}ll;")  # pads are attributes: the same for every shape
         if mode == "constant":
             if lo > 0 or pads[d + r] > 0:
-                inside.append(f"i{d} >= 0 && i{d} < {n}ll")
+                inside.append(f"i{d} >= 0 && i{d} < {p.i64(n)}")
         elif mode == "reflect":
-            body.append(f"i{d} = i{d} < 0 ? -i{d} : (i{d} >= {n}ll ? {2 * n - 2}ll - i{d} : i{d});")
+            body.append(f"i{d} = i{d} < 0 ? -i{d} : (i{d} >= {p.i64(n)} ? {p.i64(2 * n - 2)} - i{d} : i{d});")
         elif mode == "edge":
-            body.append(f"i{d} = i{d} < 0 ? 0 : (i{d} >= {n}ll ? {n - 1}ll : i{d});")
+            body.append(f"i{d} = i{d} < 0 ? 0 : (i{d} >= {p.i64(n)} ? {p.i64(n - 1)} : i{d});")
         else:  # wrap: pads are at most one period
-            body.append(f"i{d} = i{d} < 0 ? i{d} + {n}ll : (i{d} >= {n}ll ? i{d} - {n}ll : i{d});")
+            nn = p.i64(n)
+            body.append(f"i{d} = i{d} < 0 ? i{d} + {nn} : (i{d} >= {nn} ? i{d} - {nn} : i{d});")
         src.append(f"(IDX)i{d}")
-    load = f"in0[{offset(src, x.strides, 'IDX')}]"
+    load = f"in0[{offset(src, [p.stride(s) for s in x.strides], 'IDX')}]"
     if inside:
         load = f"({' && '.join(inside)}) ? {load} : {raw_literal(op.value, x.type)}"  # type: ignore[attr-defined]
     body.append(f"out0[oo] = {load};")
     raw = raw_type(x.type)
-    return index_kernel(name, [x], [raw], out, raw, body)
+    return index_kernel(name, [x], [raw], out, raw, body, p=p)
 
 
 def onehot_kernel(name: str, op: Op, indices: Shape, values: Shape, out: Shape) -> KernelSpec:
@@ -199,6 +217,10 @@ def pooling_kernel(name: str, op: Op, x: Shape, out: Shape) -> KernelSpec:
     k = x.ndim() - 2
     p, st, dil = op.attrs(k)  # type: ignore[attr-defined]
     lens, mode, t = op.lengths, op.mode, x.type  # type: ignore[attr-defined]
+    rp = params_for(out, x)  # window, pads, strides, dilations are attributes; sizes are run-time
+    # A window spanning the whole unpadded axis (global pooling) changes with the input: run-time too.
+    spans = [lens[i] == x.lens[2 + i] and p[i] == 0 and p[i + k] == 0 and st[i] == 1 for i in range(k)]
+    wlen = [rp(lens[i]) if spans[i] else str(lens[i]) for i in range(k)]
     c = compute_type(t)
     a = "double" if t == DType.double_type else "float"
     body = []
@@ -222,11 +244,13 @@ def pooling_kernel(name: str, op: Op, x: Shape, out: Shape) -> KernelSpec:
             body.append(f"{a} count = 1;")
             include = op.count_include_pad  # type: ignore[attr-defined]
             for i in range(k):  # explicit pads count when asked; the ceil_mode overhang never does
-                lo, hi = (-p[i], x.lens[2 + i] + p[i + k]) if include else (0, x.lens[2 + i])
+                if include:
+                    lo, hi = f"{-p[i]}ll", rp.i64(x.lens[2 + i] + p[i + k])
+                else:
+                    lo, hi = "0", rp.i64(x.lens[2 + i])
                 cc = f"c{i}0 + w * {dil[i]}ll"
-                body.append(
-                    f"{{ i64 n = 0; for (int w = 0; w < {lens[i]}; ++w) n += {cc} >= {lo}ll && {cc} < {hi}ll;"
-                )
+                count_n = f"n += {cc} >= {lo} && {cc} < {hi};"
+                body.append(f"{{ i64 n = 0; for (int w = 0; w < (int){wlen[i]}; ++w) {count_n}")
                 body.append(f"  count *= ({a})n; }}")
             finish = f"mx_cvt<{c_type(t)}>(acc / count)"
         elif q == 1:
@@ -238,14 +262,14 @@ def pooling_kernel(name: str, op: Op, x: Shape, out: Shape) -> KernelSpec:
             finish = f"mx_cvt<{c_type(t)}>(({a})pow((double)acc, {expo!r}))"
     loop_lines = []
     for i in range(k):
-        loop_lines.append(f"{'  ' * i}for (int w{i} = 0; w{i} < {lens[i]}; ++w{i}) {{")
+        loop_lines.append(f"{'  ' * i}for (int w{i} = 0; w{i} < (int){wlen[i]}; ++w{i}) {{")
         loop_lines.append(f"{'  ' * (i + 1)}const i64 c{i} = c{i}0 + w{i} * {dil[i]}ll;")
-        loop_lines.append(f"{'  ' * (i + 1)}if (c{i} < 0 || c{i} >= {x.lens[2 + i]}ll) continue;")
-    src = offset(["o0", "o1"] + [f"(IDX)c{i}" for i in range(k)], x.strides, "IDX")
+        loop_lines.append(f"{'  ' * (i + 1)}if (c{i} < 0 || c{i} >= {rp.i64(x.lens[2 + i])}) continue;")
+    src = offset(["o0", "o1"] + [f"(IDX)c{i}" for i in range(k)], [rp.stride(s) for s in x.strides], "IDX")
     loop_lines.append(f"{'  ' * k}const {c_type(t)} v = in0[{src}]; {step}")
     loop_lines += [f"{'  ' * (k - 1 - i)}}}" for i in range(k)]
     body += loop_lines + [f"out0[oo] = {finish};"]
-    return index_kernel(name, [x], [c_type(t)], out, c_type(t), body)
+    return index_kernel(name, [x], [c_type(t)], out, c_type(t), body, p=rp)
 
 
 # -- resize ------------------------------------------------------------------------------------------------

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from ....ir.operation import Op
 from ....ir.shape import Shape
-from .data import INDEX_TYPES, index_kernel, raw_type
-from .prelude import c_type, offset
+from .data import INDEX_TYPES, index_kernel, params_for, raw_type
+from .prelude import Params, c_type, offset
 from .spec import Check, KernelSpec, Unsupported
 
 
@@ -18,20 +18,26 @@ def range_check(op: str, n: int, what: str) -> Check:
     return Check("IndexError", f"{op}: index out of range [-{n}, {n}) {what}")
 
 
-def _index_value(ptr: str, off: str, n: int, code: int, j: str = "j") -> list[str]:
-    """Read an index into ``j`` and wrap a negative one; one outside [-n, n) fails check ``code``."""
+def _index_value(ptr: str, off: str, n: str, code: int, j: str = "j") -> list[str]:
+    """Read an index into ``j`` and wrap a negative one; one outside [-n, n) fails check ``code``
+    (``n``: a run-time size, ``Params.i64``)."""
     return [
         f"i64 {j} = (i64){ptr}[{off}];",
-        f"if ({j} < 0) {j} += {n}ll;",
-        f"if ({j} < 0 || {j} >= {n}ll) {{ mx_fail(err, {code}); continue; }}",
+        f"if ({j} < 0) {j} += {n};",
+        f"if ({j} < 0 || {j} >= {n}) {{ mx_fail(err, {code}); continue; }}",
     ]
 
 
+def _strides(p: Params, s: Shape) -> list:
+    return [p.stride(x) for x in s.strides]
+
+
 def _index_kernel(
-    name: str, data: Shape, indices: Shape, out: Shape, body: list[str], checks: list[Check]
+    name: str, data: Shape, indices: Shape, out: Shape, body: list[str], checks: list[Check], p: Params
 ) -> KernelSpec:
     raw = raw_type(data.type)
-    return index_kernel(name, [data, indices], [raw, c_type(indices.type)], out, raw, body, tuple(checks))
+    ins, in_c = [data, indices], [raw, c_type(indices.type)]
+    return index_kernel(name, ins, in_c, out, raw, body, tuple(checks), p=p)
 
 
 def gather_kernel(name: str, op: Op, data: Shape, indices: Shape, out: Shape) -> KernelSpec:
@@ -41,13 +47,13 @@ def gather_kernel(name: str, op: Op, data: Shape, indices: Shape, out: Shape) ->
     if indices.type not in INDEX_TYPES:
         raise Unsupported(f"gather indices of type {indices.type.name}")
     o = [f"o{d}" for d in range(out.ndim())]
-    ioff = offset(o[a : a + q], indices.strides, "IDX")
+    p = params_for(out, data, indices)
+    ioff = offset(o[a : a + q], _strides(p, indices), "IDX")
     src = o[:a] + ["(IDX)j"] + o[a + q :]
-    body = _index_value("in1", ioff, data.lens[a], 1)
-    body.append(f"out0[oo] = in0[{offset(src, data.strides, 'IDX')}];")
-    return _index_kernel(
-        name, data, indices, out, body, [range_check("gather", data.lens[a], f"on axis {a}")]
-    )
+    body = _index_value("in1", ioff, p.i64(data.lens[a]), 1)
+    body.append(f"out0[oo] = in0[{offset(src, _strides(p, data), 'IDX')}];")
+    check = range_check("gather", data.lens[a], f"on axis {a}")
+    return _index_kernel(name, data, indices, out, body, [check], p)
 
 
 def gather_elements_kernel(name: str, op: Op, data: Shape, indices: Shape, out: Shape) -> KernelSpec:
@@ -56,11 +62,12 @@ def gather_elements_kernel(name: str, op: Op, data: Shape, indices: Shape, out: 
     if indices.type not in INDEX_TYPES:
         raise Unsupported(f"gather_elements indices of type {indices.type.name}")
     o = [f"o{d}" for d in range(r)]
-    body = _index_value("in1", offset(o, indices.strides, "IDX"), data.lens[a], 1)
+    p = params_for(out, data, indices)
+    body = _index_value("in1", offset(o, _strides(p, indices), "IDX"), p.i64(data.lens[a]), 1)
     src = o[:a] + ["(IDX)j"] + o[a + 1 :]
-    body.append(f"out0[oo] = in0[{offset(src, data.strides, 'IDX')}];")
+    body.append(f"out0[oo] = in0[{offset(src, _strides(p, data), 'IDX')}];")
     check = range_check("gather_elements", data.lens[a], f"on axis {a}")
-    return _index_kernel(name, data, indices, out, body, [check])
+    return _index_kernel(name, data, indices, out, body, [check], p)
 
 
 def gathernd_kernel(name: str, op: Op, data: Shape, indices: Shape, out: Shape) -> KernelSpec:
@@ -70,12 +77,14 @@ def gathernd_kernel(name: str, op: Op, data: Shape, indices: Shape, out: Shape) 
     b, q = op.batch_dims, indices.ndim()  # type: ignore[attr-defined]
     k = indices.lens[-1]
     o = [f"o{d}" for d in range(out.ndim())]
+    p = params_for(out, data, indices)
+    istrides = _strides(p, indices)
     body, src, checks = [], o[:b], []
     for j in range(k):
-        ioff = offset([*o[: q - 1], f"{j}u"], indices.strides, "IDX")
-        body += _index_value("in1", ioff, data.lens[b + j], j + 1, f"j{j}")
+        ioff = offset([*o[: q - 1], f"{j}u"], istrides, "IDX")
+        body += _index_value("in1", ioff, p.i64(data.lens[b + j]), j + 1, f"j{j}")
         checks.append(range_check("gathernd", data.lens[b + j], f"for data dim {b + j}"))
         src.append(f"(IDX)j{j}")
     src += o[q - 1 :]
-    body.append(f"out0[oo] = in0[{offset(src, data.strides, 'IDX')}];")
-    return _index_kernel(name, data, indices, out, body, checks)
+    body.append(f"out0[oo] = in0[{offset(src, _strides(p, data), 'IDX')}];")
+    return _index_kernel(name, data, indices, out, body, checks, p)

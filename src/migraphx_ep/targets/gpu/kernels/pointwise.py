@@ -22,6 +22,7 @@ from .prelude import (
     BLOCK,
     NARROW,
     PRELUDE,
+    Params,
     c_literal,
     c_type,
     check_strides,
@@ -227,11 +228,12 @@ def pointwise_kernel(name: str, expr: PwExpr, inputs: list[Shape], out: Shape) -
     out_c = c_type(out.type)
     elem, checks = element_function(expr, in_types, out.type)
     head, local = (PRELUDE, elem) if checks else (PRELUDE + elem, "")
-    sig = signature(name, in_c, [out_c], checked=bool(checks))
     n = out.elements()
     if n == 0:
+        sig = signature(name, in_c, [out_c], checked=bool(checks))
         return KernelSpec(name, head + sig + " {}\n", (1, 1, 1), (BLOCK, 1, 1), 0, len(inputs), 1, checks)
     idx = index_type(span(out, *inputs))
+    p = Params(idx)
     # Walk the output in memory order: sort dims by its strides (stable, so ties keep logical order).
     perm = sorted(range(len(out.lens)), key=lambda d: -out.strides[d])
     lens = [out.lens[d] for d in perm]
@@ -240,17 +242,19 @@ def pointwise_kernel(name: str, expr: PwExpr, inputs: list[Shape], out: Shape) -
     flat = len(lens) <= 1 and strides[0] in ([], [1]) and all(st in ([], [0], [1]) for st in strides[1:])
     tdim = transposed_dim(lens, strides)
     if flat:
-        body, work = _flat_body(n, idx, in_types, out.type, [st in ([], [0]) for st in strides[1:]])
+        body, work = _flat_body(n, idx, in_types, out.type, [st in ([], [0]) for st in strides[1:]], p)
     elif tdim is not None:
-        body, work = tiled_body(idx, lens, strides, tdim, in_c[0]), 0
+        body, work = tiled_body(idx, lens, strides, tdim, in_c[0], p), 0
     else:
-        body, work = _strided_body(n, idx, lens, strides, len(inputs)), n
-        rowvec = _rowvec_body(n, idx, lens, strides, [out.type, *in_types])
+        rowvec = _rowvec_body(n, idx, lens, strides, [out.type, *in_types], p)
+        body, work = _strided_body(n, idx, lens, strides, len(inputs), p), n
         if rowvec is not None:  # vectors along the innermost dim, the scalar loop if misaligned
             body, work = rowvec[0] + body + "  }\n", rowvec[1]
+    sig = signature(name, in_c, [out_c], checked=bool(checks), scalars=p.decls())
     source = head + sig + " {\n" + local + body + "}\n"
     grid = grid_for(work) if tdim is None or flat else grid_for(n_tiles(lens, tdim), 1)
-    return KernelSpec(name, source, grid, (BLOCK, 1, 1), 0, len(inputs), 1, checks)
+    bits = 64 if idx == "u64" else 32
+    return KernelSpec(name, source, grid, (BLOCK, 1, 1), 0, len(inputs), 1, checks, tuple(p.values), bits)
 
 
 _RAW_TYPES = {1: DType.uint8_type, 2: DType.uint16_type, 4: DType.uint32_type, 8: DType.uint64_type}
@@ -266,17 +270,19 @@ def _is_copy(expr: PwExpr, inputs: list[Shape], out: Shape) -> bool:
 
 
 def _flat_body(
-    n: int, idx: str, in_types: list[DType], out_type: DType, scalar: list[bool]
+    n: int, idx: str, in_types: list[DType], out_type: DType, scalar: list[bool], p: Params
 ) -> tuple[str, int]:
-    """Contiguous operands (or broadcast scalars): flat loop, 16-byte vectors when aligned."""
+    """Contiguous operands (or broadcast scalars): flat loop, 16-byte vectors when aligned. The element
+    count is a run-time argument (``p``)."""
     if n == 1:
         scalar = [True] * len(scalar)
+    count = p(n)
     lines = [f"  const {idx} tid = blockIdx.x * {BLOCK}u + threadIdx.x, step = gridDim.x * {BLOCK}u;"]
     for i, sc in enumerate(scalar):
         if sc:
             lines.append(f"  const {compute_type(in_types[i])} s{i} = mx_ld(in{i}[0]);")
     scalar_args = ", ".join(f"s{i}" if sc else f"mx_ld(in{i}[i])" for i, sc in enumerate(scalar))
-    scalar_loop = f"for ({idx} i = {{start}}; i < {n}u; i += step) out0[i] = mx_elem({scalar_args});"
+    scalar_loop = f"for ({idx} i = {{start}}; i < {count}; i += step) out0[i] = mx_elem({scalar_args});"
     vec_types = [t for t, sc in zip(in_types, scalar, strict=True) if not sc] + [out_type]
     v = vector_width(*vec_types)
     nv = n // v
@@ -285,12 +291,13 @@ def _flat_body(
         return "\n".join(lines) + "\n", n
     ptrs = [f"in{i}" for i, sc in enumerate(scalar) if not sc] + ["out0"]
     aligned = " | ".join(
-        f"((u64){p} % sizeof(mx_vec<{c_type(t)}, {v}>))" for p, t in zip(ptrs, vec_types, strict=True)
+        f"((u64){ptr} % sizeof(mx_vec<{c_type(t)}, {v}>))" for ptr, t in zip(ptrs, vec_types, strict=True)
     )
     vec_args = ", ".join(f"s{i}" if sc else f"mx_ld(a{i}.v[j])" for i, sc in enumerate(scalar))
     out_c = c_type(out_type)
+    lines.append(f"  const {idx} nv = {count} / {v}u;")
     lines.append(f"  if (({aligned}) == 0) {{")
-    lines.append(f"    for ({idx} q = tid; q < {nv}u; q += step) {{")
+    lines.append(f"    for ({idx} q = tid; q < nv; q += step) {{")
     for i, sc in enumerate(scalar):
         if not sc:
             ct = c_type(in_types[i])
@@ -302,8 +309,7 @@ def _flat_body(
     lines.append(f"      for (int j = 0; j < {v}; ++j) r.v[j] = mx_elem({vec_args});")
     lines.append(f"      reinterpret_cast<mx_vec<{out_c}, {v}>*>(out0)[q] = r;")
     lines.append("    }")
-    if nv * v < n:
-        lines.append("    " + scalar_loop.format(start=f"{nv * v}u + tid"))
+    lines.append("    " + scalar_loop.format(start=f"nv * {v}u + tid"))  # the tail (none when v divides n)
     lines.append("  } else {")
     lines.append("    " + scalar_loop.format(start="tid"))
     lines.append("  }")
@@ -311,7 +317,7 @@ def _flat_body(
 
 
 def _rowvec_body(
-    n: int, idx: str, lens: list[int], strides: list[list[int]], types: list[DType]
+    n: int, idx: str, lens: list[int], strides: list[list[int]], types: list[DType], p: Params
 ) -> tuple[str, int] | None:
     """Views whose innermost dim is contiguous (or broadcast) in every operand, e.g. a per-channel
     scale over NCHW: the loop moves 16-byte vectors along that dim. Returns the vector loop and an
@@ -326,22 +332,21 @@ def _rowvec_body(
         or any(x % v for st, u in zip(strides, unit, strict=True) if u for x in st[:-1])
     ):
         return None
-    vlens = [*lens[:-1], lens[-1] // v]
+    vlens = [p(x) for x in [*lens[:-1], lens[-1] // v]]
     digits = [f"d{k}" for k in range(len(lens))]
     ct = [c_type(t) for t in types]
+    vstrides = [[p.stride(x) for x in st[:-1]] for st in strides]
 
     def off(k: int) -> str:
-        st = strides[k]
-        return offset(digits, [*st[:-1], v if unit[k] else 0], idx)
+        return offset(digits, [*vstrides[k], v if unit[k] else 0], idx)
 
     ptrs = ["out0"] + [f"in{k}" for k in range(len(strides) - 1)]
     check = " | ".join(
         f"((u64){p} % {v * to_numpy(t).itemsize})" for p, t, u in zip(ptrs, types, unit, strict=True) if u
     )
     lines = [f"  if (({check}) == 0) {{"]
-    lines.append(
-        f"  for ({idx} q = blockIdx.x * {BLOCK}u + threadIdx.x; q < {n // v}u; q += gridDim.x * {BLOCK}u) {{"
-    )
+    nv, step = p(n // v), f"gridDim.x * {BLOCK}u"
+    lines.append(f"  for ({idx} q = blockIdx.x * {BLOCK}u + threadIdx.x; q < {nv}; q += {step}) {{")
     lines += ["    " + x for x in decompose("q", vlens, "d", idx)]
     args = []
     for k in range(1, len(strides)):
@@ -361,17 +366,21 @@ def _rowvec_body(
     return "\n".join(lines) + "\n", n // v
 
 
-def _strided_body(n: int, idx: str, lens: list[int], strides: list[list[int]], n_in: int) -> str:
-    """General views: split the flat output-order index into digits, one offset per operand."""
+def _strided_body(n: int, idx: str, lens: list[int], strides: list[list[int]], n_in: int, p: Params) -> str:
+    """General views: split the flat output-order index into digits, one offset per operand. Lens and
+    strides other than 0 and 1 are run-time arguments (``p``)."""
     digits = [f"d{k}" for k in range(len(lens))]
     std = list(standard_strides(lens))
+    plain = {k for k, st in enumerate(strides) if st == std}  # standard layout: the flat index itself
+    runtime = [[] if k in plain else [p.stride(x) for x in st] for k, st in enumerate(strides)]
 
-    def off(st: list[int]) -> str:
-        return "i" if st == std else offset(digits, st, idx)
+    def off(k: int) -> str:
+        return "i" if k in plain else offset(digits, runtime[k], idx)
 
-    lines = [f"  for ({idx} i = blockIdx.x * {BLOCK}u + threadIdx.x; i < {n}u; i += gridDim.x * {BLOCK}u) {{"]
-    lines += ["    " + x for x in decompose("i", lens, "d", idx)]
-    args = ", ".join(f"mx_ld(in{k}[{off(strides[k + 1])}])" for k in range(n_in))
-    lines.append(f"    out0[{off(strides[0])}] = mx_elem({args});")
+    count, step = p(n), f"gridDim.x * {BLOCK}u"
+    lines = [f"  for ({idx} i = blockIdx.x * {BLOCK}u + threadIdx.x; i < {count}; i += {step}) {{"]
+    lines += ["    " + x for x in decompose("i", [p(x) for x in lens], "d", idx)]
+    args = ", ".join(f"mx_ld(in{k}[{off(k + 1)}])" for k in range(n_in))
+    lines.append(f"    out0[{off(0)}] = mx_elem({args});")
     lines.append("  }")
     return "\n".join(lines) + "\n"

@@ -15,6 +15,7 @@ small shim (how the header was tested); everything else is plain C++17.
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -328,20 +329,60 @@ def collapse(lens: Sequence[int], strides: Sequence[Sequence[int]]) -> tuple[lis
     return out_lens, out_strides
 
 
-def decompose(flat: str, lens: Sequence[int], prefix: str, idx: str) -> list[str]:
+Dim = int | str  # a size baked into the source, or the name of a run-time kernel parameter (``Params``)
+
+
+def c_dim(v: Dim) -> str:
+    """A size as C: an unsigned literal, or a parameter's name."""
+    return f"{v}u" if isinstance(v, int) else v
+
+
+class Params:
+    """Shape numbers a kernel takes as run-time arguments instead of literals in its source, so one
+    compiled kernel serves every shape with the same structure (rank after collapsing, which strides are
+    0 or 1, vector widths, index width): a new input shape then compiles nothing (the cache is keyed by
+    source). ``ctype`` is the kernel's index type; the values go to ``KernelSpec.args``."""
+
+    def __init__(self, ctype: str) -> None:
+        self.ctype = ctype
+        self.values: list[int] = []
+        # MIGRAPHX_EP_STATIC_KERNELS=1 bakes every size into the source again (one compile per shape):
+        # the fully specialised kernels that run-time sizes are measured against (bench/shapes.py).
+        self.runtime = os.environ.get("MIGRAPHX_EP_STATIC_KERNELS", "0") in ("", "0")
+
+    def __call__(self, value: int) -> str:
+        if not self.runtime:
+            return f"{int(value)}u"
+        self.values.append(int(value))
+        return f"p{len(self.values) - 1}"
+
+    def i64(self, value: int) -> str:
+        """A run-time size for signed 64-bit arithmetic (window positions, pads)."""
+        return f"((i64){self(value)})"
+
+    def stride(self, value: int) -> Dim:
+        """0 and 1 stay in the source (broadcast and unit strides shape the code); others are run-time."""
+        return value if value in (0, 1) else self(value)
+
+    def decls(self) -> list[str]:
+        return [f"const {self.ctype} p{k}" for k in range(len(self.values))]
+
+
+def decompose(flat: str, lens: Sequence[Dim], prefix: str, idx: str) -> list[str]:
     """C statements splitting ``flat`` (row-major over ``lens``) into ``{prefix}0..`` digits."""
     if not lens:
         return []
     lines = [f"{idx} {prefix}_r = {flat};"]
     for d in range(len(lens) - 1, 0, -1):
-        lines.append(f"const {idx} {prefix}{d} = {prefix}_r % {lens[d]}u; {prefix}_r /= {lens[d]}u;")
+        n = c_dim(lens[d])
+        lines.append(f"const {idx} {prefix}{d} = {prefix}_r % {n}; {prefix}_r /= {n};")
     lines.append(f"const {idx} {prefix}0 = {prefix}_r;")
     return lines
 
 
-def offset(digits: Sequence[str], strides: Sequence[int], idx: str = "") -> str:
+def offset(digits: Sequence[str], strides: Sequence[Dim], idx: str = "") -> str:
     """``sum(digit * stride)`` as C, skipping zero strides; ``0`` when nothing is left."""
-    terms = [d if s == 1 else f"{d} * {s}u" for d, s in zip(digits, strides, strict=True) if s != 0]
+    terms = [d if s == 1 else f"{d} * {c_dim(s)}" for d, s in zip(digits, strides, strict=True) if s != 0]
     if not terms:
         return f"({idx})0" if idx else "0"
     return " + ".join(terms)
@@ -384,13 +425,19 @@ def grid_for(work: int, per_block: int = BLOCK) -> tuple[int, int, int]:
 
 
 def signature(
-    name: str, in_types: Sequence[str], out_types: Sequence[str], threads: int = BLOCK, checked: bool = False
+    name: str,
+    in_types: Sequence[str],
+    out_types: Sequence[str],
+    threads: int = BLOCK,
+    checked: bool = False,
+    scalars: Sequence[str] = (),
 ) -> str:
     """``extern "C"`` kernel head: ``in0..`` const restrict pointers, then ``out0..``, then the error
-    slot ``err`` of a ``checked`` kernel."""
+    slot ``err`` of a ``checked`` kernel, then the run-time sizes ``scalars`` (``Params.decls``)."""
     params = [f"const {t}* __restrict__ in{i}" for i, t in enumerate(in_types)]
     params += [f"{t}* __restrict__ out{i}" for i, t in enumerate(out_types)]
     params += ["i32* __restrict__ err"] if checked else []
+    params += list(scalars)
     return f'extern "C" __global__ void __launch_bounds__({threads}) {name}({", ".join(params)})'
 
 

@@ -5,9 +5,11 @@ The contract between the lowering (``targets/gpu/lowering.py``) and the generato
 * A generator gets IR shapes. Input shapes may be any strided view (transposed, broadcast with stride
   0, sliced); the lowering has already offset the pointer for a slice. The output shape's strides say
   where each element goes (usually standard, sometimes a permuted layout such as NHWC).
-* The kernel's parameters are exactly one pointer per input, in order, then one per output. Sizes and
-  strides are compile-time constants in the source, so the source is specific to its shapes and the
-  same shapes give byte-identical source (NVRTC's cache is keyed by that source).
+* The kernel's parameters are one pointer per input, in order, then one per output, then (see below)
+  an error slot and the run-time sizes ``args``. Pointwise kernels take their element counts, lens and
+  strides other than 0 and 1 as ``args``, so every shape of the same structure gives byte-identical
+  source (NVRTC's cache is keyed by the source: a new shape compiles nothing); the other generators
+  still write sizes into the source as constants.
 * Half and bfloat16 values are loaded to float, computed in float and rounded back to the IR type at
   every op boundary, which is what the ref target does (it evaluates narrow floats in float32 and
   rounds each op's result).
@@ -46,6 +48,10 @@ class KernelSpec:
     n_inputs: int = 1
     n_outputs: int = 1
     checks: tuple[Check, ...] = ()  # non-empty: the kernel takes an error slot (see the module doc)
+    # Run-time sizes passed after the pointers (and the error slot), each an unsigned integer of
+    # ``arg_bits``: shape numbers kept out of the source so other shapes reuse the compiled kernel.
+    args: tuple[int, ...] = ()
+    arg_bits: int = 32
 
 
 # The symbol every kernel is compiled under (``canonical``).

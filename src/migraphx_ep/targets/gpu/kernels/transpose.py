@@ -3,7 +3,7 @@ is read and written in 32x32 tiles staged through shared memory, so loads and st
 
 from __future__ import annotations
 
-from .prelude import BLOCK, decompose, offset
+from .prelude import BLOCK, Params, decompose, offset
 
 _TILE = 32
 
@@ -26,20 +26,22 @@ def n_tiles(lens: list[int], a: int) -> int:
     return n
 
 
-def tiled_body(idx: str, lens: list[int], strides: list[list[int]], a: int, in_c: str) -> str:
-    """Tiles over (dim ``a``, the last dim) staged through shared memory; other dims index the tiles."""
+def tiled_body(idx: str, lens: list[int], strides: list[list[int]], a: int, in_c: str, p: Params) -> str:
+    """Tiles over (dim ``a``, the last dim) staged through shared memory; other dims index the tiles.
+    Sizes and strides (other than 0 and 1) are run-time arguments (``p``)."""
     k = len(lens) - 1
     outer = [d for d in range(k) if d != a]
-    tile_lens = [lens[d] for d in outer] + [-(-lens[a] // _TILE), -(-lens[k] // _TILE)]
+    tile_lens = [p(x) for x in [lens[d] for d in outer] + [-(-lens[a] // _TILE), -(-lens[k] // _TILE)]]
     digits = [f"d{d}" for d in outer] + ["qa", "qk"]
-    so, si = strides
-    ld = f"in0[bi + ia + ik * {si[k]}u]"
-    st = f"out0[bo + ia * {so[a]}u + ik]"
-    inside = f"ia < {lens[a]}u && ik < {lens[k]}u"
+    so, si = ([p.stride(x) for x in st] for st in strides)
+    sik, soa = (x if isinstance(x, str) else f"{x}u" for x in (si[k], so[a]))
+    ld = f"in0[bi + ia + ik * {sik}]"
+    st = f"out0[bo + ia * {soa} + ik]"
+    inside = f"ia < {p(lens[a])} && ik < {p(lens[k])}"
     lines = [
         f"  __shared__ {in_c} tile[{_TILE}][{_TILE + 1}];",
         "  const u32 tx = threadIdx.x % 32u, ty = threadIdx.x / 32u;",
-        f"  for ({idx} t = blockIdx.x; t < {n_tiles(lens, a)}u; t += gridDim.x) {{",
+        f"  for ({idx} t = blockIdx.x; t < {p(n_tiles(lens, a))}; t += gridDim.x) {{",
         *[f"    {x}" for x in decompose("t", tile_lens, "g", idx)],
         *[f"    const {idx} {dg} = g{i};" for i, dg in enumerate(digits)],
         f"    const {idx} bi = {offset([f'd{d}' for d in outer], [si[d] for d in outer], idx)};",
