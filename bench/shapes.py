@@ -121,20 +121,23 @@ def run_system(system: str, path: str, model, seq, fp16: bool, seed: int) -> dic
 
 def steady(path: str, model, sess, shapes: list[dict[str, int]], fp16: bool, runs: int = 20) -> list[dict]:
     """Per shape: median Run in the dynamic session vs in a session whose first compile was that shape,
-    with every size baked into its kernels (MIGRAPHX_EP_STATIC_KERNELS=1): the fully specialised program."""
+    with every size baked into its kernels (MIGRAPHX_EP_RUNTIME_SIZES off): the fully specialised program;
+    ``fresh_ms``: a new session with the dynamic session's settings whose first compile was that shape."""
     import os
 
     out = []
     for dims in shapes:
         feeds = _feeds(model, dims, np.random.default_rng(0))
-        os.environ["MIGRAPHX_EP_STATIC_KERNELS"] = "1"
+        saved = os.environ.pop("MIGRAPHX_EP_RUNTIME_SIZES", None)
         try:
             fixed = _session("migraphx_ep", path, fp16)
-            fixed.run(None, feeds)  # compiles here, while the switch is on
+            fixed.run(None, feeds)  # compiles here, with every size baked in
         finally:
-            os.environ.pop("MIGRAPHX_EP_STATIC_KERNELS")
+            if saved is not None:
+                os.environ["MIGRAPHX_EP_RUNTIME_SIZES"] = saved
+        fresh = _session("migraphx_ep", path, fp16)  # the same kernels as `sess`, this shape compiled first
         times = {}
-        for name, s in (("dynamic_ms", sess), ("specialised_ms", fixed)):
+        for name, s in (("dynamic_ms", sess), ("specialised_ms", fixed), ("fresh_ms", fresh)):
             s.run(None, feeds)
             ts = []
             for _ in range(runs):
@@ -156,7 +159,12 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--steady", type=int, default=3, help="shapes to compare with a specialised compile")
     ap.add_argument("--out", default="")
+    ap.add_argument("--runtime-sizes", action="store_true", help="MIGRAPHX_EP_RUNTIME_SIZES=1 (the sequence)")
     a = ap.parse_args()
+    if a.runtime_sizes:
+        import os
+
+        os.environ["MIGRAPHX_EP_RUNTIME_SIZES"] = "1"
     model = onnx.load(a.model, load_external_data=False)
     seq = _sequence(_ranges(a.dim), a.calls, a.seed)
     for system in a.systems.split(","):

@@ -1,7 +1,7 @@
-"""A new input shape compiles no kernels of the families that take their sizes at run time (codegen
-level, no GPU): the lowered program at a second shape has the same kernel sources (under the one
-symbol ``canonical`` gives them) except for the families that still bake sizes in (row kernels:
-softmax, layernorm; resize tables)."""
+"""With MIGRAPHX_EP_RUNTIME_SIZES=1 a new input shape compiles no kernels of the families that take
+their sizes at run time (codegen level, no GPU): the lowered program at a second shape has the same
+kernel sources (under the one symbol ``canonical`` gives them) except for the families that still bake
+sizes in (row kernels: softmax, layernorm; resize tables; pooling windows)."""
 
 from __future__ import annotations
 
@@ -42,6 +42,11 @@ def bodies(name: str, dims: dict[str, int]) -> dict[str, str]:
     return out
 
 
+@pytest.fixture(autouse=True)
+def runtime_sizes(monkeypatch):
+    monkeypatch.setenv("MIGRAPHX_EP_RUNTIME_SIZES", "1")
+
+
 def new_kinds(name: str, first: dict[str, int], second: dict[str, int]) -> collections.Counter:
     seen = bodies(name, first)
     return collections.Counter(k for src, k in bodies(name, second).items() if src not in seen)
@@ -57,8 +62,8 @@ def test_transformer_new_shape_compiles_only_row_kernels(name):
     assert set(new) <= STILL_BAKED and sum(new.values()) <= 2, new
 
 
-def test_static_kernels_switch_bakes_sizes_again(monkeypatch):
-    """MIGRAPHX_EP_STATIC_KERNELS=1 (the fully specialised baseline bench/shapes.py compares with): every
-    size is a literal again, so a new batch needs new kernels; this is what the tests above rule out."""
-    monkeypatch.setenv("MIGRAPHX_EP_STATIC_KERNELS", "1")
+def test_without_the_switch_sizes_are_baked(monkeypatch):
+    """The default (and the fully specialised baseline bench/shapes.py compares with): every size is a
+    literal, so a new batch needs new kernels; this is what the tests above rule out."""
+    monkeypatch.delenv("MIGRAPHX_EP_RUNTIME_SIZES")
     assert sum(new_kinds("resnet", {"batch": 2}, {"batch": 5}).values()) > 0
