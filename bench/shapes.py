@@ -37,19 +37,9 @@ def _ranges(specs: list[str]) -> list[tuple[list[str], list[int]]]:
 
 
 def _feeds(model: onnx.ModelProto, dims: dict[str, int], rng: np.random.Generator) -> dict[str, np.ndarray]:
-    inits = {t.name for t in model.graph.initializer}
-    feeds = {}
-    for vi in model.graph.input:
-        if vi.name in inits:
-            continue
-        tt = vi.type.tensor_type
-        shape = [d.dim_value if d.HasField("dim_value") else dims[d.dim_param] for d in tt.shape.dim]
-        dt = onnx.helper.tensor_dtype_to_np_dtype(tt.elem_type)
-        if np.issubdtype(dt, np.integer):
-            feeds[vi.name] = rng.integers(0, 2, shape).astype(dt)
-        else:
-            feeds[vi.name] = rng.standard_normal(shape).astype(dt)
-    return feeds
+    from migraphx_ep.testing import random_feeds
+
+    return random_feeds(model, lambda _, name: dims[name], rng)
 
 
 def _sequence(ranges, calls: int, seed: int) -> list[dict[str, int]]:

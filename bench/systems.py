@@ -294,22 +294,11 @@ def _graph_replay_ms(compiled: list, row: Row) -> float | None:
 def migraphx_ep_iobinding(row: Row) -> Result:
     """Our EP with IOBinding (inputs and outputs in GPU memory, as ORT CUDA EP's IOBinding row), next to
     the graph replay of the same program: their difference is the per-Run overhead."""
-    from migraphx_ep.ep import bridge
-
-    compiled: list = []
-    real = bridge.compile
-
-    def keep(ep, graph, fused):
-        c = real(ep, graph, fused)
-        compiled.append(c)
-        return c
+    from migraphx_ep.testing import capture_compiled
 
     with tempfile.TemporaryDirectory(prefix="mgx_cache_") as cache:
-        bridge.compile = keep
-        try:
+        with capture_compiled() as compiled:
             sess, _, times = _ep_session(row, cache, None)
-        finally:
-            bridge.compile = real
         step, io = _iobinding(sess, row)
         s = row.settings
         stats, _ = measure(step, s.warmup, s.runs, cap_s=s.cap_s)

@@ -22,8 +22,7 @@ import onnx
 import onnxruntime as ort
 
 import migraphx_ep
-from migraphx_ep.ep import bridge
-from migraphx_ep.testing import light_model
+from migraphx_ep.testing import capture_compiled, light_model, random_feeds
 
 EP = migraphx_ep.get_ep_name()
 
@@ -33,21 +32,7 @@ def _model(name: str) -> onnx.ModelProto:
 
 
 def _feeds(model: onnx.ModelProto, batch: int, seq: int) -> dict[str, np.ndarray]:
-    rng = np.random.default_rng(0)
-    inits = {t.name for t in model.graph.initializer}
-    feeds = {}
-    for vi in model.graph.input:
-        if vi.name in inits:
-            continue
-        tt = vi.type.tensor_type
-        dims = [d.dim_value if d.HasField("dim_value") else (batch if i == 0 else seq)
-                for i, d in enumerate(tt.shape.dim)]  # fmt: skip
-        dt = onnx.helper.tensor_dtype_to_np_dtype(tt.elem_type)
-        if np.issubdtype(dt, np.integer):
-            feeds[vi.name] = rng.integers(0, 2, dims).astype(dt)  # valid ids, token types, masks
-        else:
-            feeds[vi.name] = rng.standard_normal(dims).astype(dt)
-    return feeds
+    return random_feeds(model, lambda axis, _: batch if axis == 0 else seq, np.random.default_rng(0))
 
 
 def _median_ms(fn, runs: int) -> float:
@@ -66,23 +51,14 @@ def measure(name: str, fp16: bool, runs: int, batch: int, seq: int) -> dict:
     blob = model.SerializeToString()
     feeds = _feeds(model, batch, seq)
     options = {"migraphx_target": "gpu", "migraphx_fp16_enable": "1" if fp16 else "0"}
-    compiled: list = []
-    real_compile = bridge.compile
-
-    def keep(ep, graph, fused):  # to reach the session's own executable for the replay timing
-        c = real_compile(ep, graph, fused)
-        compiled.append(c)
-        return c
-
     row: dict = {"model": os.path.basename(name), "fp16": fp16, "batch": batch}
+    compiled: list = []
     outs = {}
     for native in ("1", "0"):
         os.environ["MIGRAPHX_EP_NATIVE_RUN"] = native  # read when the session compiles
-        bridge.compile = keep
-        try:
+        with capture_compiled() as got:  # to reach the session's own executable for the replay timing
             sess = ort.InferenceSession(blob, providers=[(EP, options), "CPUExecutionProvider"])
-        finally:
-            bridge.compile = real_compile
+        compiled += got
         outs[native] = sess.run(None, feeds)
         key = "native_ms" if native == "1" else "python_ms"
         row[key] = _median_ms(lambda s=sess: s.run(None, feeds), runs)

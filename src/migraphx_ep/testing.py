@@ -7,7 +7,10 @@ comparison actually exercises the arithmetic.
 
 from __future__ import annotations
 
+import contextlib
 import os
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import numpy as np
 import onnx
@@ -92,3 +95,47 @@ def light_input(model: onnx.ModelProto, seed: int = 1) -> dict[str, np.ndarray]:
         dims = [d.dim_value or 1 for d in vi.type.tensor_type.shape.dim]
         feeds[vi.name] = rng.standard_normal(dims).astype(np.float32)
     return feeds
+
+
+def random_feeds(
+    model: onnx.ModelProto, dim: Callable[[int, str], int], rng: np.random.Generator
+) -> dict[str, np.ndarray]:
+    """Feeds for ``model``'s graph inputs (initializers excepted): a symbolic dim is ``dim(axis,
+    dim_param)``; integers are drawn from {0, 1} (valid token ids, masks, segments), floats are normal."""
+    inits = {t.name for t in model.graph.initializer}
+    feeds = {}
+    for vi in model.graph.input:
+        if vi.name in inits:
+            continue
+        tt = vi.type.tensor_type
+        shape = [
+            d.dim_value if d.HasField("dim_value") else dim(k, d.dim_param)
+            for k, d in enumerate(tt.shape.dim)
+        ]
+        dt = onnx.helper.tensor_dtype_to_np_dtype(tt.elem_type)
+        if np.issubdtype(dt, np.integer):
+            feeds[vi.name] = rng.integers(0, 2, shape).astype(dt)
+        else:
+            feeds[vi.name] = rng.standard_normal(shape).astype(dt)
+    return feeds
+
+
+@contextlib.contextmanager
+def capture_compiled() -> Iterator[list[Any]]:
+    """Collects the compiled subgraphs (``ep.compiled.CompiledSubgraph``) of the sessions created inside
+    the block, to reach their programs and gpu executables (graph replay timing, contexts, plans)."""
+    from .ep import bridge
+
+    compiled: list[Any] = []
+    real = bridge.compile
+
+    def keep(ep: Any, graph: dict, fused_node_name: str) -> Any:
+        c = real(ep, graph, fused_node_name)
+        compiled.append(c)
+        return c
+
+    bridge.compile = keep
+    try:
+        yield compiled
+    finally:
+        bridge.compile = real

@@ -64,3 +64,20 @@ def gpu_tf32():
     from migraphx_ep.targets.gpu import GpuTarget
 
     return GpuTarget(device_id=0, allow_tf32=True)
+
+
+@pytest.fixture
+def python_runs(monkeypatch):
+    """Counts the Compute calls that reach Python (the shell looks ``bridge.run`` up on every call):
+    after a shape's first Run the native Run path should leave the count alone."""
+    from migraphx_ep.ep import bridge
+
+    calls = {"n": 0}
+    real = bridge.run
+
+    def counted(compiled, inputs):
+        calls["n"] += 1
+        return real(compiled, inputs)
+
+    monkeypatch.setattr(bridge, "run", counted)
+    return calls

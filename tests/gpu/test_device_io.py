@@ -15,7 +15,6 @@ from onnx import helper as oh
 import migraphx_ep
 from conftest import make_model, tensor
 from migraphx_ep import _C
-from migraphx_ep.ep import bridge
 
 pytestmark = pytest.mark.gpu
 
@@ -61,15 +60,7 @@ def test_numpy_feeds_copy_through_our_transfer():
         np.testing.assert_allclose(sess.run(None, {"x": x})[0], _want(blob, x), rtol=1e-5, atol=1e-5)
 
 
-def test_iobinding_with_ort_device_values(monkeypatch):
-    calls = {"n": 0}
-    real = bridge.run
-
-    def counted(compiled, inputs):
-        calls["n"] += 1
-        return real(compiled, inputs)
-
-    monkeypatch.setattr(bridge, "run", counted)
+def test_iobinding_with_ort_device_values(python_runs):
     blob = _mlp()
     sess = _session(blob)
     for seed in range(4):
@@ -82,7 +73,7 @@ def test_iobinding_with_ort_device_values(monkeypatch):
         out = io.get_outputs()[0]
         assert out.device_name().lower() == "cuda"
         np.testing.assert_allclose(out.numpy(), _want(blob, x), rtol=1e-5, atol=1e-5)
-    assert calls["n"] == 1  # the first Run compiled in Python; the rest ran natively on device buffers
+    assert python_runs["n"] == 1  # the first Run compiled in Python; the rest ran natively on device buffers
 
 
 def test_iobinding_torch_pointers_zero_copy():

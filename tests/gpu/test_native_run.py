@@ -17,27 +17,13 @@ from onnx import helper as oh
 
 import migraphx_ep  # noqa: F401 - registers and routes the EP
 from conftest import make_model, tensor
-from migraphx_ep.ep import bridge
+from migraphx_ep.testing import capture_compiled
 from test_models_ep import MODELS, feeds_for
 
 pytestmark = pytest.mark.gpu
 
 EP = "MIGraphXExecutionProvider"
 GPU = {"migraphx_target": "gpu", "migraphx_tf32_enable": "0"}
-
-
-@pytest.fixture
-def python_runs(monkeypatch):
-    """Counts the Compute calls that reach Python (the shell looks ``bridge.run`` up on every call)."""
-    calls = {"n": 0}
-    real = bridge.run
-
-    def counted(compiled, inputs):
-        calls["n"] += 1
-        return real(compiled, inputs)
-
-    monkeypatch.setattr(bridge, "run", counted)
-    return calls
 
 
 def _bert() -> tuple[bytes, onnx.ModelProto]:
@@ -160,19 +146,8 @@ def test_concurrent_native_runs_get_their_own_contexts():
     """Threads hammering one shape make the program grow execution contexts (their own arenas and graphs)
     and every answer stays exact."""
     blob, model = _bert()
-    compiled: list = []
-    real = bridge.compile
-
-    def keep(ep, graph, fused):
-        c = real(ep, graph, fused)
-        compiled.append(c)
-        return c
-
-    bridge.compile = keep
-    try:
+    with capture_compiled() as compiled:
         sess = _session(blob)
-    finally:
-        bridge.compile = real
     f = feeds_for(model, batch=2, seq=9)
     want = sess.run(None, f)
     barrier = threading.Barrier(4)
