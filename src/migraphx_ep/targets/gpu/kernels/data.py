@@ -12,10 +12,10 @@ import numpy as np
 from ....ir.dtypes import DType, is_float, to_numpy
 from ....ir.operation import Op
 from ....ir.shape import Shape
+from .params import Params
 from .prelude import (
     BLOCK,
     PRELUDE,
-    Params,
     c_literal,
     c_type,
     check_strides,

@@ -10,7 +10,8 @@ from __future__ import annotations
 from ....ir.operation import Op
 from ....ir.shape import Shape
 from .data import INDEX_TYPES, index_kernel, params_for, raw_type
-from .prelude import Params, c_type, offset
+from .params import Params
+from .prelude import c_type, offset
 from .spec import Check, KernelSpec, Unsupported
 
 

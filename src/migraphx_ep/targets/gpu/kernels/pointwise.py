@@ -18,11 +18,11 @@ from ....ir.dtypes import FLOAT_TYPES, DType, to_numpy
 from ....ir.operation import Op
 from ....ir.shape import Shape, standard_strides
 from ....ops.pointwise import zero_divisor_message
+from .params import Params
 from .prelude import (
     BLOCK,
     NARROW,
     PRELUDE,
-    Params,
     c_literal,
     c_type,
     check_strides,

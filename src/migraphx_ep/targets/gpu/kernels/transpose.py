@@ -3,7 +3,8 @@ is read and written in 32x32 tiles staged through shared memory, so loads and st
 
 from __future__ import annotations
 
-from .prelude import BLOCK, Params, decompose, offset
+from .params import Params
+from .prelude import BLOCK, decompose, offset
 
 _TILE = 32
 
