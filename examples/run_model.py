@@ -30,7 +30,7 @@ from onnx import TensorProto, numpy_helper
 
 import migraphx_ep
 from migraphx_ep.ep.options import OptionError, parse_options
-from migraphx_ep.testing import LIGHT_MODELS, light_input, light_model
+from migraphx_ep.testing import LIGHT_MODELS, light_input, light_model, random_feeds
 
 EP = migraphx_ep.get_ep_name()
 FP32_TOL = 1e-3
@@ -41,22 +41,8 @@ CPU_FACTOR = 2  # ours may be this many times as far from float32 as the CPU EP 
 
 
 def random_inputs(model: onnx.ModelProto, seed: int = 1) -> dict[str, np.ndarray]:
-    rng = np.random.default_rng(seed)
-    inits = {t.name for t in model.graph.initializer}
-    feeds = {}
-    for vi in model.graph.input:
-        if vi.name in inits:
-            continue
-        tt = vi.type.tensor_type
-        dims = [d.dim_value if d.HasField("dim_value") else 1 for d in tt.shape.dim]
-        dt = onnx.helper.tensor_dtype_to_np_dtype(tt.elem_type)
-        if dt.kind in "iu":
-            feeds[vi.name] = rng.integers(0, 2, size=dims).astype(dt)  # 0/1: valid ids, masks, types
-        elif dt.kind == "b":
-            feeds[vi.name] = rng.random(dims) < 0.5
-        else:
-            feeds[vi.name] = rng.standard_normal(dims).astype(dt)
-    return feeds
+    """Symbolic dims are 1; ids/masks 0 or 1, floats standard normal (``migraphx_ep.testing``)."""
+    return random_feeds(model, lambda _axis, _name: 1, np.random.default_rng(seed))
 
 
 def placement(sess: ort.InferenceSession) -> collections.Counter:

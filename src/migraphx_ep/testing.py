@@ -101,7 +101,8 @@ def random_feeds(
     model: onnx.ModelProto, dim: Callable[[int, str], int], rng: np.random.Generator
 ) -> dict[str, np.ndarray]:
     """Feeds for ``model``'s graph inputs (initializers excepted): a symbolic dim is ``dim(axis,
-    dim_param)``; integers are drawn from {0, 1} (valid token ids, masks, segments), floats are normal."""
+    dim_param)``; integers are drawn from {0, 1} (valid token ids, masks, segments), booleans are fair
+    coin flips, floats are standard normal."""
     inits = {t.name for t in model.graph.initializer}
     feeds = {}
     for vi in model.graph.input:
@@ -115,6 +116,8 @@ def random_feeds(
         dt = onnx.helper.tensor_dtype_to_np_dtype(tt.elem_type)
         if np.issubdtype(dt, np.integer):
             feeds[vi.name] = rng.integers(0, 2, shape).astype(dt)
+        elif dt == np.bool_:
+            feeds[vi.name] = rng.random(shape) < 0.5
         else:
             feeds[vi.name] = rng.standard_normal(shape).astype(dt)
     return feeds
