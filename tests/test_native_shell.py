@@ -114,3 +114,18 @@ def test_external_alloc_without_free_is_an_option_error():
         "mem_limit": 4096, "power_of_two": False, "external_alloc": 0, "external_free": 0,
         "external_empty_cache": 0,
     }  # fmt: skip
+
+
+def test_run_contexts_switch_is_validated(monkeypatch):
+    import pytest
+
+    from migraphx_ep.targets.gpu.context import max_contexts
+
+    monkeypatch.delenv("MIGRAPHX_EP_RUN_CONTEXTS", raising=False)
+    assert max_contexts() == 4
+    monkeypatch.setenv("MIGRAPHX_EP_RUN_CONTEXTS", "2")
+    assert max_contexts() == 2
+    for bad in ("0", "-1", "four"):
+        monkeypatch.setenv("MIGRAPHX_EP_RUN_CONTEXTS", bad)
+        with pytest.raises(ValueError, match="MIGRAPHX_EP_RUN_CONTEXTS"):
+            max_contexts()
