@@ -18,10 +18,13 @@ import argparse
 import json
 import statistics
 import time
+from contextlib import nullcontext
 from pathlib import Path
 
 import numpy as np
 import onnx
+
+from migraphx_ep.timing import CompileTimes, record
 
 EP = "MIGraphXExecutionProvider"
 
@@ -82,13 +85,15 @@ def run_system(system: str, path: str, model, seq, fp16: bool, seed: int) -> dic
     seen: set[tuple] = set()
     new_ms, old_ms, first_s = [], [], 0.0
     nvrtc_after_first = 0
+    stages = CompileTimes()  # where the compiles after the first call spent their time (ours)
     start = time.perf_counter()
     for i, dims in enumerate(seq):
         feeds = _feeds(model, dims, rng)
         key = tuple(sorted(dims.items()))
         c0 = counters() if counters else 0
         t = time.perf_counter()
-        sess.run(None, feeds)
+        with record(stages) if i and key not in seen else nullcontext():
+            sess.run(None, feeds)
         ms = (time.perf_counter() - t) * 1e3
         if i == 0:
             first_s = time.perf_counter() - t0
@@ -105,25 +110,31 @@ def run_system(system: str, path: str, model, seq, fp16: bool, seed: int) -> dic
     }  # fmt: skip
     if counters:
         rec["nvrtc_compiles_after_first"] = nvrtc_after_first
+        # Per never-seen shape: the seconds of each compile stage (parse, passes, nvrtc, library...).
+        per = max(1, len(new_ms))
+        rec["new_shape_stage_ms"] = {n: round(1e3 * s / per, 2) for n, s, _ in stages.rows() if s}
     rec["_session"] = sess
     return rec
 
 
 def steady(path: str, model, sess, shapes: list[dict[str, int]], fp16: bool, runs: int = 20) -> list[dict]:
     """Per shape: median Run in the dynamic session vs in a session whose first compile was that shape,
-    with every size baked into its kernels (MIGRAPHX_EP_RUNTIME_SIZES off): the fully specialised program;
+    with every size baked into its kernels (MIGRAPHX_EP_RUNTIME_SIZES=0): the fully specialised program;
     ``fresh_ms``: a new session with the dynamic session's settings whose first compile was that shape."""
     import os
 
     out = []
     for dims in shapes:
         feeds = _feeds(model, dims, np.random.default_rng(0))
-        saved = os.environ.pop("MIGRAPHX_EP_RUNTIME_SIZES", None)
+        saved = os.environ.get("MIGRAPHX_EP_RUNTIME_SIZES")
+        os.environ["MIGRAPHX_EP_RUNTIME_SIZES"] = "0"
         try:
             fixed = _session("migraphx_ep", path, fp16)
             fixed.run(None, feeds)  # compiles here, with every size baked in
         finally:
-            if saved is not None:
+            if saved is None:
+                del os.environ["MIGRAPHX_EP_RUNTIME_SIZES"]
+            else:
                 os.environ["MIGRAPHX_EP_RUNTIME_SIZES"] = saved
         fresh = _session("migraphx_ep", path, fp16)  # the same kernels as `sess`, this shape compiled first
         times = {}
@@ -149,12 +160,12 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--steady", type=int, default=3, help="shapes to compare with a specialised compile")
     ap.add_argument("--out", default="")
-    ap.add_argument("--runtime-sizes", action="store_true", help="MIGRAPHX_EP_RUNTIME_SIZES=1 (the sequence)")
+    ap.add_argument("--baked-sizes", action="store_true", help="MIGRAPHX_EP_RUNTIME_SIZES=0 (the sequence)")
     a = ap.parse_args()
-    if a.runtime_sizes:
+    if a.baked_sizes:
         import os
 
-        os.environ["MIGRAPHX_EP_RUNTIME_SIZES"] = "1"
+        os.environ["MIGRAPHX_EP_RUNTIME_SIZES"] = "0"
     model = onnx.load(a.model, load_external_data=False)
     seq = _sequence(_ranges(a.dim), a.calls, a.seed)
     for system in a.systems.split(","):

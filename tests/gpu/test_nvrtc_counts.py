@@ -79,10 +79,10 @@ def test_the_executables_pool_counts_into_the_compile_record():
 
 
 def test_repeated_layers_compile_each_kernel_body_once(monkeypatch):
-    monkeypatch.delenv("MIGRAPHX_EP_RUNTIME_SIZES", raising=False)
+    monkeypatch.setenv("MIGRAPHX_EP_RUNTIME_SIZES", "0")
     """Kernels are compiled under one symbol (``canonical``): the same op in every layer of a transformer
-    is one NVRTC compile. The two-layer test BERT lowers to 27 kernels with 15 distinct bodies (13 with
-    MIGRAPHX_EP_RUNTIME_SIZES=1: same-structure kernels of other sizes merge too)."""
+    is one NVRTC compile. The two-layer test BERT lowers to 27 kernels with 15 distinct bodies (13 by
+    default, with run-time sizes: same-structure kernels of other sizes merge too)."""
     import os
 
     import onnx

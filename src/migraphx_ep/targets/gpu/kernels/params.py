@@ -1,8 +1,9 @@
 """Run-time kernel sizes: shape numbers a generated kernel takes as arguments instead of literals.
 
-Generators ask ``Params`` for each size; by default it hands back a literal (one compile per shape), and
-with ``MIGRAPHX_EP_RUNTIME_SIZES=1`` the name of a kernel parameter, recording the value for
-``KernelSpec.args``, so kernels of the same structure share one source across shapes.
+Generators ask ``Params`` for each size; by default it hands back the name of a kernel parameter,
+recording the value for ``KernelSpec.args``, so kernels of the same structure share one source across
+shapes. ``MIGRAPHX_EP_RUNTIME_SIZES=0`` bakes every size into the source as a literal (one compile per
+shape: the fully specialised program that bench/shapes.py compares with).
 """
 
 from __future__ import annotations
@@ -21,16 +22,17 @@ class Params:
     """Shape numbers a kernel takes as run-time arguments instead of literals in its source, so one
     compiled kernel serves every shape with the same structure (rank after collapsing, which strides are
     0 or 1, vector widths, index width): a new input shape then compiles nothing (the cache is keyed by
-    source). ``ctype`` is the kernel's index type; the values go to ``KernelSpec.args``. Without
-    ``MIGRAPHX_EP_RUNTIME_SIZES=1`` the sizes are written into the source as literals (see below)."""
+    source). ``ctype`` is the kernel's index type; the values go to ``KernelSpec.args``. With
+    ``MIGRAPHX_EP_RUNTIME_SIZES=0`` the sizes are written into the source as literals."""
 
     def __init__(self, ctype: str) -> None:
         self.ctype = ctype
         self.values: list[int] = []
-        # Opt-in (MIGRAPHX_EP_RUNTIME_SIZES=1) until a measured regression is understood: on an H100 the
-        # PP-OCR detector's CUDA graph replays in 8.1 ms with run-time sizes vs 2.0 ms with every size
-        # baked into the source, while ResNet-50 and BERT-base stay within 3%. Off: one compile per shape.
-        self.runtime = os.environ.get("MIGRAPHX_EP_RUNTIME_SIZES", "0") not in ("", "0")
+        # On by default since the whole-window pooling fix: on an H100 (bench/shapes.py) the PP-OCR
+        # detector's steady state is 0.94-1.02x the baked program's (it was 1.8x when global pools took
+        # their window sizes at run time), ResNet-50 and BERT-base within the run-to-run spread of
+        # library timing. Generators keep literals wherever a size decides the loop structure.
+        self.runtime = os.environ.get("MIGRAPHX_EP_RUNTIME_SIZES", "1") not in ("", "0")
 
     def __call__(self, value: int) -> str:
         if not self.runtime:
