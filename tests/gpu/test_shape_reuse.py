@@ -1,7 +1,8 @@
-"""With run-time kernel sizes (the default; MIGRAPHX_EP_RUNTIME_SIZES=0 turns them off) a new input shape compiles no kernels of the families that take
-their sizes at run time (codegen level, no GPU): the lowered program at a second shape has the same
-kernel sources (under the one symbol ``canonical`` gives them) except for the families that still bake
-sizes in (row kernels: softmax, layernorm; resize tables; pooling windows)."""
+"""With run-time kernel sizes (the default; MIGRAPHX_EP_RUNTIME_SIZES=0 turns them off) a new input
+shape compiles no kernels of the families that take their sizes at run time (codegen level, no GPU):
+the lowered program at a second shape has the same kernel sources (under the one symbol ``canonical``
+gives them) except for the families that still bake sizes in (row kernels: softmax, layernorm; resize
+tables; pooling windows)."""
 
 from __future__ import annotations
 
@@ -63,7 +64,7 @@ def test_transformer_new_shape_compiles_only_row_kernels(name):
 
 
 def test_without_the_switch_sizes_are_baked(monkeypatch):
-    """MIGRAPHX_EP_RUNTIME_SIZES=0 (the fully specialised baseline bench/shapes.py compares with): every size is a
-    literal, so a new batch needs new kernels; this is what the tests above rule out."""
+    """MIGRAPHX_EP_RUNTIME_SIZES=0 (the fully specialised baseline bench/shapes.py compares with): every
+    size is a literal, so a new batch needs new kernels; this is what the tests above rule out."""
     monkeypatch.setenv("MIGRAPHX_EP_RUNTIME_SIZES", "0")
     assert sum(new_kinds("resnet", {"batch": 2}, {"batch": 5}).values()) > 0
