@@ -2,15 +2,15 @@
 
 The tiny decoders in tests/models/genai (Llama-, Qwen2- and Phi-3-style, fp32 and int4, built by GenAI's
 own model builder: tools/make_genai_models.py) must generate the same greedy tokens through our EP as
-through ORT's CPU EP, with at least 95% of their nodes on our EP. Compiles per generation are recorded
-(``-rP`` or the junit properties show them), not asserted: decode steps recompile today because the
-attention mask grows by one each step.
+through ORT's CPU EP, with at least 95% of their nodes on our EP. A decode step compiles nothing: the
+attention mask grows by one each step, but its length is a run-time dim (ep/runtime_dims.py).
 """
 
 from __future__ import annotations
 
 import gc
 import json
+import logging
 import shutil
 from pathlib import Path
 
@@ -67,6 +67,7 @@ def test_greedy_tokens_match_cpu_ep(name, recording, tmp_path, record_property, 
     compiles_again = sum(c.compiles for c in ep.compiled) - compiles_first
     assert first == expected, f"{name}: ours {first} != CPU EP {expected}"
     assert again == expected
+    assert compiles_again == 0
 
     claimed = sum(len(g) for g in ep.last_partition["groups"])
     refused = ep.last_partition["refused"]
@@ -89,6 +90,57 @@ def test_greedy_tokens_match_cpu_ep(name, recording, tmp_path, record_property, 
             f"\n{name}: tokens identical ({NEW_TOKENS}), {claimed}/{claimed + len(refused)} nodes on {EP}, "
             f"compiles: {compiles_first} in the first generation, {compiles_again} in the second"
         )
+
+
+def _steps(model, prompt: list[int], n: int, after_first_decode=None) -> list[int]:
+    """Greedy tokens one step at a time; ``after_first_decode()`` runs once the first decode step has."""
+    params = og.GeneratorParams(model)
+    total = len(prompt) + n
+    params.set_search_options(max_length=total, min_length=total, do_sample=False)
+    gen = og.Generator(model, params)
+    gen.append_tokens(prompt)  # the prompt runs here
+    step = 0
+    while not gen.is_done():
+        gen.generate_next_token()
+        step += 1
+        if step == 2 and after_first_decode is not None:  # step 1 takes the prompt's logits
+            after_first_decode()
+    return [int(t) for t in gen.get_sequence(0)][len(prompt) :]
+
+
+@pytest.mark.parametrize("name", MODELS)
+def test_a_64_token_generation_compiles_nothing_after_the_first_decode_step(name, recording):
+    path = MODELS_DIR / name
+    cpu = og.Model(cpu_config(path))
+    prompt = [int(t) for t in og.Tokenizer(cpu).encode(PROMPT)]
+    expected = _steps(cpu, prompt, 64)
+    model = og.Model(genai.config(path, og=og, migraphx_target="ref"))
+    ep = recording.eps[0]
+    seen: list[int] = []
+    got = _steps(model, prompt, 64, lambda: seen.append(sum(c.compiles for c in ep.compiled)))
+    assert got == expected, f"{name}: ours {got} != CPU EP {expected}"
+    assert seen and sum(c.compiles for c in ep.compiled) == seen[0], "a later decode step compiled"
+    assert [c.runtime for c in ep.compiled] == [{"attention_mask": (1,)}]
+
+
+def test_a_growing_kv_cache_recompiles_per_length_and_stays_right(recording, caplog):
+    # Without GenAI's shared past/present buffer, the past grows every step: its dims are in the key
+    # anyway, and the run-time-dims program's shared-buffer assumption fails at the first decode step
+    # -- which must recompile and answer, not error.
+    path = MODELS_DIR / "llama_fp32"
+    no_share = json.dumps({"search": {"past_present_share_buffer": False}})
+    cpu_cfg = cpu_config(path)
+    cpu_cfg.overlay(no_share)
+    cpu = og.Model(cpu_cfg)
+    prompt = [int(t) for t in og.Tokenizer(cpu).encode(PROMPT)]
+    expected = _steps(cpu, prompt, 6)
+    cfg = genai.config(path, og=og, migraphx_target="ref")
+    cfg.overlay(no_share)
+    with caplog.at_level(logging.INFO, logger="migraphx_ep"):
+        got = _steps(og.Model(cfg), prompt, 6)
+    assert got == expected
+    assert [c.runtime for c in recording.eps[0].compiled] == [{}]
+    assert "compiling per size of ['attention_mask'] from now on" in caplog.text
 
 
 class _Profiled:

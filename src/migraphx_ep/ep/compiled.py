@@ -7,6 +7,7 @@ under a lock: ORT may call Compute concurrently) instead of failing or silently 
 from __future__ import annotations
 
 import logging
+import os
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
@@ -16,12 +17,14 @@ import numpy as np
 from ..frontend.parser import ParseNeedsValue, parse_graph
 from ..frontend.probe import probe_parse
 from ..ir.dtypes import DType, from_onnx, to_numpy
+from ..ir.evaluate import AssumptionFailed
 from ..ir.instruction import Instruction
 from ..ir.program import Program
 from ..ir.shape import Shape
 from ..timing import record
 from .cache import ProgramStore, graph_fingerprint, program_key
 from .options import EpOptions
+from .runtime_dims import RuntimeDims, candidates, other_size, prove, with_free_axes
 from .subgraphs import EP_NAME
 
 log = logging.getLogger("migraphx_ep")
@@ -70,6 +73,10 @@ class CompiledSubgraph:
         self.compiles = 0  # how many programs were built (tests and stats read this)
         self._lock = threading.Lock()
         self._warned_values = False
+        # Input axes one program may serve at every size (ep/runtime_dims.py), proven at the first
+        # compile (``_settle_runtime``); until then ``_runtime_pending``. The ref target only.
+        self.runtime: RuntimeDims = {}
+        self._runtime_pending = False
         # An EPContext node (ep/epcontext.py): its programs were compiled earlier and loaded; the graph
         # holds nothing to parse, so a shape without a program is an error rather than a compile.
         self.frozen = programs is not None
@@ -83,6 +90,9 @@ class CompiledSubgraph:
         probe = probe_parse(self.graph, specialize=True)
         wanted = {n for names in probe.needs_values.values() for n in names}
         self.value_inputs = [i for i, n in enumerate(self.input_names) if n in wanted]
+        if target == "ref" and os.environ.get("MIGRAPHX_EP_RUNTIME_DIMS", "1") not in ("", "0"):
+            self.runtime = candidates(self.graph)
+            self._runtime_pending = bool(self.runtime)
         if self.value_inputs:
             pass  # nothing can compile before the values are seen at the first Run
         elif all(d is not None and all(isinstance(x, int) and x >= 0 for x in d) for d in self.input_dims):
@@ -91,8 +101,17 @@ class CompiledSubgraph:
             self._precompile_batches()
 
     # -- compiling --------------------------------------------------------------------------------
-    def _build(self, key: ShapeKey, values: dict[str, np.ndarray] | None = None) -> Program:
-        dims = key[: len(self.input_names)]
+    def _build(
+        self,
+        key: ShapeKey,
+        values: dict[str, np.ndarray] | None = None,
+        dims: ShapeKey | None = None,
+        runtime: RuntimeDims | None = None,
+        store: bool = True,
+    ) -> Program:
+        """Compile for ``key``; ``dims`` are the real input dims when ``key`` leaves run-time axes free
+        (-1), ``runtime`` those axes. ``store``: look up and save .mxr files (not for a proof's probe)."""
+        dims = dims if dims is not None else key[: len(self.input_names)]
         if self.frozen:
             raise InputError(
                 f"{self.name}: this EPContext node holds programs for input dims "
@@ -101,29 +120,78 @@ class CompiledSubgraph:
             )
         shapes = {n: Shape(t, d) for n, t, d in zip(self.input_names, self.input_types, dims, strict=True)}
         pkey = None
-        if self.store is not None and self.store.enabled:
+        if store and self.store is not None and self.store.enabled:
             if self._fingerprint is None:
                 self._fingerprint = graph_fingerprint(self.graph)
-            pkey = program_key(self._fingerprint, dims, values, self.options, self.target)
+            pkey = program_key(self._fingerprint, key[: len(dims)], values, self.options, self.target)
             loaded = self.store.lookup(pkey, self.name)
             if loaded is not None:
                 self.loads += 1
                 return loaded
         # Every new input shape compiles anew: the log says what each one cost, and where the time went.
         with record() as times:
-            parsed = parse_graph(self.graph, shapes, specialize=True, input_values=values)
+            parsed = parse_graph(
+                self.graph, shapes, specialize=True, input_values=values, runtime_dims=runtime
+            )
             prog = parsed.program
             self._compile_program(prog, self.options, parsed.values)
         self.compiles += 1
-        named = [f"{n}{list(d)}" for n, d in zip(self.input_names, dims, strict=True)]
+        named = [f"{n}{list(d)}" for n, d in zip(self.input_names, key[: len(dims)], strict=True)]
         inputs = ", ".join(named[:6]) + (f" and {len(named) - 6} more" if len(named) > 6 else "")  # KV caches
         log.info("%s: compiled for %s, inputs %s, in %s", EP_NAME, prog.target_name, inputs, times.summary())
         if pkey is not None:
             self.store.store(pkey, prog, self.name)  # type: ignore[union-attr]
         return prog
 
+    def _key(self, key: ShapeKey) -> ShapeKey:
+        """The cache key of input dims ``key`` (plus value bytes): run-time axes as -1."""
+        if not self.runtime:
+            return key
+        n = len(self.input_names)
+        return with_free_axes(key[:n], self.input_names, self.runtime) + key[n:]
+
+    def _settle_runtime(self, exact: ShapeKey, values: dict[str, np.ndarray] | None) -> None:
+        """At the first compile: keep the run-time axes only if a program for these dims is, instruction
+        for instruction, the one for other sizes (runtime_dims.prove); the proven program is kept."""
+        self._runtime_pending = False
+        n = len(self.input_names)
+        dims = exact[:n]
+        try:
+            first = self._build(self._key(exact), values, dims, self.runtime)
+            other = other_size(dims, self.input_names, self.runtime)
+            second = self._build(other, values, other, self.runtime, store=False)
+            reason = prove(first, second)
+        except ParseNeedsValue:
+            self._runtime_pending = True  # run() learns the value input, then proves with its value
+            raise
+        except Exception as e:  # noqa: BLE001 - any failure only means: compile per size, as before
+            reason = f"{type(e).__name__}: {e}"
+        if reason is None:
+            self.programs[self._key(exact)] = first
+            log.info(
+                "%s: one program serves every size of %s (run-time dims)",
+                self.name,
+                ", ".join(f"{k} axes {list(v)}" for k, v in self.runtime.items()),
+            )
+            return
+        log.info("%s: sizes of %s stay in the compile key: %s", self.name, sorted(self.runtime), reason)
+        self.runtime = {}
+
+    def _drop_runtime(self, why: str) -> None:
+        """A run broke an assumption of the run-time-dims program: compile per size from now on."""
+        with self._lock:
+            if not self.runtime:
+                return
+            log.info("%s: %s; compiling per size of %s from now on", self.name, why, sorted(self.runtime))
+            self.runtime = {}
+            for key in [k for k in self.programs if any(-1 in d for d in k[: len(self.input_names)])]:
+                del self.programs[key]
+
     def program_for(self, key: ShapeKey, values: dict[str, np.ndarray] | None = None) -> Program:
         with self._lock:
+            if self._runtime_pending:
+                self._settle_runtime(key, values)
+            exact, key = key, self._key(key)
             prog = self.programs.get(key)
             if prog is not None:
                 self.programs.move_to_end(key)
@@ -136,7 +204,7 @@ class CompiledSubgraph:
                     self.name,
                     sorted(values),
                 )
-            prog = self._build(key, values)
+            prog = self._build(key, values, exact[: len(self.input_names)], self.runtime)
             self.programs[key] = prog
             while len(self.programs) > self.options.max_compiled_models:
                 evicted, _ = self.programs.popitem(last=False)
@@ -175,7 +243,7 @@ class CompiledSubgraph:
         if self.value_inputs:
             return None
         with self._lock:
-            prog = self.programs.get(tuple(tuple(int(n) for n in a.shape) for a in inputs))
+            prog = self.programs.get(self._key(tuple(tuple(int(n) for n in a.shape) for a in inputs)))
         plan = getattr(getattr(prog, "_exe", None), "native_plan", None)
         if plan is None:
             return None
@@ -223,5 +291,11 @@ class CompiledSubgraph:
         else:  # pragma: no cover - each round adds an input, so the loop ends first
             raise RuntimeError(f"{self.name}: value specialisation did not settle")
         # The C++ shell copies the results into ORT's output tensors before this thread runs again.
-        outs = prog.run_numpy(dict(zip(self.input_names, inputs, strict=True)), borrow_outputs=True)
+        try:
+            outs = prog.run_numpy(dict(zip(self.input_names, inputs, strict=True)), borrow_outputs=True)
+        except AssumptionFailed as e:
+            if not self.runtime:
+                raise
+            self._drop_runtime(str(e))
+            return self.run(inputs)
         return [np.asarray(o) for o in outs]

@@ -69,6 +69,10 @@ class ParseContext:
         self.opset = node.since_version
         self._parse_subgraph = parse_subgraph
         self.value_candidates = value_candidates  # params whose values the EP can specialise on
+        # Set when the program is compiled for run-time dims (ep/runtime_dims.py): a parser may then
+        # take a value that follows from those dims as a run-time input under an assumption that its
+        # op checks at run, raising ``AssumptionFailed`` (the EP then recompiles without run-time dims).
+        self.assume_runtime = False
 
     # -- emitting ---------------------------------------------------------------------------------
     def add(

@@ -99,8 +99,12 @@ class GraphParser:
         specialize: bool = False,
         input_values: dict[str, np.ndarray] | None = None,
         check: Callable[[Instruction], str | None] | None = None,
+        runtime_dims: dict[str, tuple[int, ...]] | None = None,
     ) -> None:
         self.program = program
+        # Graph inputs whose sizes on these axes arrive only at run (ep/runtime_dims.py): their Shape is
+        # read at run, and parsers may assume what such programs need (ParseContext.assume_runtime).
+        self.runtime_dims = runtime_dims or {}
         # A target's veto (the partition probe for the gpu target): a node any of whose instructions
         # the target cannot run is refused with the target's reason.
         self.check = check
@@ -179,7 +183,7 @@ class GraphParser:
             if name in self.input_values:
                 values[name] = module.add_literal(_specialised(name, self.input_values[name], shape))
                 continue
-            values[name] = module.add_parameter(name, shape)
+            values[name] = module.add_parameter(name, shape, self.runtime_dims.get(name, ()))
             self._declare(values[name], infos.get(name))
             self._note_candidate(name, shape, _static_dims(infos.get(name)) or name in self.input_shapes)
 
@@ -251,6 +255,7 @@ class GraphParser:
         ctx = ParseContext(
             module, desc, self._parse_subgraph_for(module, get), frozenset(self.value_candidates)
         )
+        ctx.assume_runtime = bool(self.runtime_dims)
         result = entry.parser(ctx, desc, args)
         outs = [result] if isinstance(result, Instruction) else list(result)
         missing = [o for o in desc.outputs[len(outs) :] if o]
@@ -390,12 +395,14 @@ def parse_graph(
     specialize: bool = False,
     input_values: dict[str, np.ndarray] | None = None,
     check: Callable[[Instruction], str | None] | None = None,
+    runtime_dims: dict[str, tuple[int, ...]] | None = None,
 ) -> ParseResult:
     prog = Program()
     main = prog.get_main_module()
     gp = GraphParser(
-        prog, input_shapes, resolve_dim, tolerant, claimed, group_of, specialize, input_values, check
-    )
+        prog, input_shapes, resolve_dim, tolerant, claimed, group_of, specialize, input_values, check,
+        runtime_dims,
+    )  # fmt: skip
     with stage("parse"):
         outs = gp.parse(graph, main)
     ret = [outs[n] for n in graph["outputs"] if outs.get(n) is not None]

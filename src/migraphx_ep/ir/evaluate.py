@@ -17,6 +17,12 @@ class RunError(RuntimeError):
     """A program was run with missing, extra or mis-shaped inputs."""
 
 
+class AssumptionFailed(RuntimeError):
+    """A run broke an assumption its program was compiled under (a program for run-time dims assumes
+    what those dims cannot tell at compile time, e.g. GQA's shared past/present buffer). Nothing wrong
+    was returned: the EP recompiles without the assumption and runs again (ep/compiled.py)."""
+
+
 def check_params(
     module: Module, params: dict[str, np.ndarray], expected: dict[str, Shape] | None = None
 ) -> None:
@@ -27,10 +33,21 @@ def check_params(
         raise RunError(f"missing input(s) {missing}; expected {sorted(expected)}")
     for name, shape in expected.items():
         arr = params[name]
-        if tuple(arr.shape) != shape.lens and not shape.dynamic():
+        if tuple(arr.shape) != shape.lens and not shape.dynamic() and not _free_axes_match(module, name, arr):
             raise RunError(f"input {name!r}: expected dims {list(shape.lens)}, got {list(arr.shape)}")
         if arr.dtype != shape.dtype:
             raise RunError(f"input {name!r}: expected element type {shape.dtype}, got {arr.dtype}")
+
+
+def _free_axes_match(module: Module, name: str, arr: np.ndarray) -> bool:
+    """Whether ``arr`` fits parameter ``name`` once its run-time axes are left free (only looked up when
+    the dims differ, so a program without run-time axes pays nothing)."""
+    param = module.get_parameter(name)
+    free = getattr(getattr(param, "op", None), "runtime_axes", ())
+    lens = param.shape.lens if param is not None else ()
+    return bool(free) and arr.ndim == len(lens) and all(
+        a == b or i in free for i, (a, b) in enumerate(zip(arr.shape, lens, strict=True))
+    )
 
 
 def last_uses(module: Module) -> dict[int, list[Instruction]]:

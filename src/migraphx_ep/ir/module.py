@@ -58,10 +58,10 @@ class Module:
         self.instructions.insert(self._index(before), ins)
         return ins
 
-    def add_parameter(self, name: str, shape: Shape) -> Instruction:
+    def add_parameter(self, name: str, shape: Shape, runtime_axes: tuple[int, ...] = ()) -> Instruction:
         if name in self.get_parameter_names():
             raise ModuleError(f"parameter {name!r} already exists")
-        ins = self._new(Param(parameter=name, shape=shape), [])
+        ins = self._new(Param(parameter=name, shape=shape, runtime_axes=tuple(runtime_axes)), [])
         # Parameters lead the module so inserting one late can't break topological order.
         pos = 0
         while pos < len(self.instructions) and self.instructions[pos].is_param():

@@ -124,9 +124,13 @@ def make_op(name: str, **attrs: Any) -> Op:
 @register_op
 @dataclasses.dataclass(frozen=True)
 class Param(Op):
+    """A program input. ``runtime_axes``: axes whose size may differ at run from ``shape`` (the program
+    was proven not to depend on them: see ep/runtime_dims.py); only ``dimensions_of`` reads them."""
+
     name: ClassVar[str] = "@param"
     parameter: str = ""
     shape: Shape = dataclasses.field(default_factory=lambda: Shape(0))
+    runtime_axes: tuple[int, ...] = ()
 
     def compute_shape(self, inputs: list[Shape]) -> Shape:
         return self.shape

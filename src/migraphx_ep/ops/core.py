@@ -68,6 +68,27 @@ class Contiguous(Op):
 
 @register_op
 @dataclasses.dataclass(frozen=True)
+class DimensionsOf(Op):
+    """The dims ``[start, end)`` of its input *as it arrives at run time*, as int64 (MIGraphX
+    ``dimensions_of``). The ONNX ``Shape`` of an input with run-time axes (ep/runtime_dims.py) becomes
+    this instead of a literal, so one program serves every size of those axes."""
+
+    name: ClassVar[str] = "dimensions_of"
+    start: int = 0
+    end: int = 0
+
+    def compute_shape(self, inputs: list[Shape]) -> Shape:
+        c = check_shapes(self.name, inputs).has(1)
+        if not 0 <= self.start <= self.end <= inputs[0].ndim():
+            raise c.fail(f"dims [{self.start}, {self.end}) out of range for rank {inputs[0].ndim()}")
+        return Shape(DType.int64_type, (self.end - self.start,))
+
+    def compute(self, out: Shape, args: list[np.ndarray]) -> np.ndarray:
+        return np.asarray(args[0].shape[self.start : self.end], dtype=np.int64).reshape(out.lens)
+
+
+@register_op
+@dataclasses.dataclass(frozen=True)
 class Convert(Op):
     """Element type conversion with ONNX Cast semantics (float→int truncates, NaN→int is 0...)."""
 

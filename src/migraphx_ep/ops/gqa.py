@@ -27,6 +27,7 @@ from typing import ClassVar
 import numpy as np
 
 from ..ir.dtypes import DType
+from ..ir.evaluate import AssumptionFailed
 from ..ir.operation import Op, register_op
 from ..ir.shape import Shape, ShapeError, check_shapes
 from .attention import RotaryEmbedding
@@ -37,6 +38,11 @@ GQA_TYPES = frozenset({DType.float_type, DType.half_type})
 class GqaRunError(ValueError):
     """Run-time values (seqlens_k, total_sequence_length) that ORT rejects or that contradict the
     present length this program was compiled for: the run fails rather than answer wrongly."""
+
+
+class GqaPresentAssumed(GqaRunError, AssumptionFailed):
+    """total_sequence_length exceeds the past length of a program compiled assuming a shared
+    past/present buffer (``assumed_present``): recompile with the value, do not fail the run."""
 
 
 def rotate(x: np.ndarray, pos: np.ndarray, cos: np.ndarray, sin: np.ndarray, interleaved: bool) -> np.ndarray:
@@ -68,7 +74,9 @@ class GroupQueryAttention(Op):
 
     Output tuple: (output (B,S,Hq*D), present_key, present_value (B,Hkv,present_len,D)).
     ``present_len`` is fixed at compile time (ORT's max(L, total_sequence_length)); a run whose
-    total_sequence_length implies another length fails with GqaRunError.
+    total_sequence_length implies another length fails with GqaRunError. ``assumed_present``: the
+    program was compiled without that value (run-time dims), taking present_len = L, the shared buffer
+    GenAI uses; a run that needs a longer present raises GqaPresentAssumed to be recompiled.
     """
 
     name: ClassVar[str] = "group_query_attention"
@@ -84,6 +92,7 @@ class GroupQueryAttention(Op):
     has_past: bool = False
     rotary: bool = False
     has_sink: bool = False
+    assumed_present: bool = False
 
     def _split(self, xs: list) -> tuple:
         q, k, v, *rest = xs
@@ -139,7 +148,7 @@ class GroupQueryAttention(Op):
         present length."""
         want = max(past_len, total) if self.has_past else total
         if want != self.present_len:
-            raise GqaRunError(
+            raise (GqaPresentAssumed if self.assumed_present else GqaRunError)(
                 f"group_query_attention: total_sequence_length {total} with a past of {past_len} gives "
                 f"a present length of {want}, but this program was compiled for {self.present_len}"
             )

@@ -57,16 +57,23 @@ def _slice(ctx: ParseContext, x: Instruction, start: int, end: int) -> Instructi
     return ctx.add("slice", [x], axes=[2], starts=[start], ends=[end])
 
 
-def _gqa_present_len(ctx: ParseContext, s: int, past: Instruction | None, total: Instruction) -> int:
+def _gqa_present_len(
+    ctx: ParseContext, s: int, past: Instruction | None, total: Instruction
+) -> tuple[int, bool]:
     """ORT's present length is max(past_len, total_sequence_length): with no (or an empty) past it is
     S (a first prompt: total == S, checked at run time), otherwise it depends on the value -- a
     shared past/present buffer (total <= past_len) keeps past_len, a growing cache gets
-    past_len + S -- and nothing in the shapes tells the two apart, so that value is needed."""
+    past_len + S -- and nothing in the shapes tells the two apart, so that value is needed. Compiled
+    for run-time dims (total follows from the attention mask's length), the value is not known: take
+    the shared buffer, which every decode step of GenAI's share-buffer mode is, and let the op check it
+    (the second result: assumed)."""
     past_len = past.shape.lens[2] if past is not None else 0
     if past_len == 0:
-        return s
+        return s, False
+    if ctx.assume_runtime and ctx.const(total) is None:
+        return past_len, True
     value = ctx.require_const(total, "GroupQueryAttention total_sequence_length (the present length)")
-    return max(past_len, int(value.ravel()[0]))
+    return max(past_len, int(value.ravel()[0])), False
 
 
 @onnx_op("GroupQueryAttention", domain=MS)
@@ -138,7 +145,7 @@ def parse_group_query_attention(ctx: ParseContext, node: NodeDesc, args):
         raise Unsupported("GroupQueryAttention causal/local_window_size/softcap out of range")
     if sink is not None and (sink.shape.lens != (hq,) or sink.shape.type != q.shape.type):
         raise Unsupported("GroupQueryAttention head_sink must be (num_heads,) of the query type")
-    present_len = _gqa_present_len(ctx, s, pk, total)
+    present_len, assumed = _gqa_present_len(ctx, s, pk, total)
     ins = [q, k, v] + ([pk, pv] if pk is not None else []) + [seqlens, total]
     ins += ([cos, sin] if do_rotary else []) + ([sink] if sink is not None else [])
     t = ctx.add(
@@ -156,6 +163,7 @@ def parse_group_query_attention(ctx: ParseContext, node: NodeDesc, args):
         has_past=pk is not None,
         rotary=do_rotary,
         has_sink=sink is not None,
+        assumed_present=assumed,
     )
     return [ctx.add("get_tuple_elem", [t], index=i) for i in range(3)]
 

@@ -105,6 +105,9 @@ def parse_shape(ctx: ParseContext, node: NodeDesc, args):
     # Shape-15 clamps start/end into [0, rank] after adding rank to negatives.
     start = min(max(start + r if start < 0 else start, 0), r)
     end = min(max(end + r if end < 0 else end, 0), r)
+    free = x.op.runtime_axes if x.is_param() else ()  # type: ignore[attr-defined]
+    if any(start <= a < end for a in free):  # sizes known only at run: read them then
+        return ctx.add("dimensions_of", [x], start=start, end=end)
     return ctx.literal(lens[start:end] if end > start else [], np.int64)
 
 
