@@ -124,7 +124,7 @@ void compute(ComputeInfo& ci, OrtKernelContext* ctx, const DimsKey* key) {
   py::object outputs = br.attr("run")(ci.compiled, inputs);
   py::list specs = br.attr("output_buffers")(outputs, n_out);
   for (size_t i = 0; i < n_out; ++i) copy_output(ci, br, ctx, i, specs[i]);
-  if (key != nullptr) ci.plans.add(*key, br.attr("native_plan")(ci.compiled, inputs));
+  if (key != nullptr && !ci.plans.refused(*key)) ci.plans.add(*key, br.attr("native_plan")(ci.compiled, inputs));
 }
 
 // The native path (native_run.h): true when this Compute is done. Runs without the GIL. `keyed` says

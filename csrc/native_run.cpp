@@ -32,6 +32,11 @@ std::shared_ptr<const NativePlan> NativePlans::find(const DimsKey& key) const {
   return it == plans_.end() ? nullptr : it->second;
 }
 
+bool NativePlans::refused(const DimsKey& key) const {
+  std::lock_guard<std::mutex> g(mutex_);
+  return refused_.count(key) != 0;
+}
+
 namespace {
 
 std::shared_ptr<NativeContext> parse_context(py::handle obj) {
@@ -51,7 +56,13 @@ std::shared_ptr<NativeContext> parse_context(py::handle obj) {
 }  // namespace
 
 void NativePlans::add(const DimsKey& key, py::handle obj) {
-  if (obj.is_none()) return;
+  if (obj.is_none()) {
+    constexpr size_t kMaxRefused = 4096;  // a node fed ever-new shapes must not grow without bound
+    std::lock_guard<std::mutex> g(mutex_);
+    if (refused_.size() >= kMaxRefused) refused_.clear();
+    refused_.insert(key);
+    return;
+  }
   py::dict d = py::reinterpret_borrow<py::dict>(obj);
   {
     std::lock_guard<std::mutex> g(mutex_);

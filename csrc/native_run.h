@@ -16,6 +16,7 @@
 #include <mutex>
 #include <string>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "cuda_driver.h"
@@ -77,6 +78,8 @@ struct DimsKeyHash {
 class NativePlans {
  public:
   std::shared_ptr<const NativePlan> find(const DimsKey& key) const;
+  // Whether Python already said these dims cannot run natively (so Compute does not ask again).
+  bool refused(const DimsKey& key) const;
   // Under the GIL: parse bridge.native_plan's answer (None: this program cannot run natively) and keep it.
   void add(const DimsKey& key, pybind11::handle plan);
   // Under the GIL, at release: drop the Python references.
@@ -87,6 +90,9 @@ class NativePlans {
  private:
   mutable std::mutex mutex_;
   std::unordered_map<DimsKey, std::shared_ptr<NativePlan>, DimsKeyHash> plans_;
+  // Dims Python refused a plan for (the ref target, value-specialised inputs, no CUDA graph): asking
+  // again after every Run would cost a Python call each. Bounded: past the cap it is started afresh.
+  std::unordered_set<DimsKey, DimsKeyHash> refused_;
 };
 
 // Reads the input dims of `ctx` into `key`; false when an input is not a tensor in CPU memory the native

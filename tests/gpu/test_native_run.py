@@ -162,3 +162,27 @@ def test_concurrent_native_runs_get_their_own_contexts():
         assert all(ex.map(work, range(4)))
     exes = [p._exe for c in compiled for p in c.programs.values()]
     assert max(len(e.contexts) for e in exes) > 1
+
+
+def test_a_refused_plan_is_not_asked_for_again(monkeypatch):
+    # The ref target has no native plan: Compute asks Python once per dims, not after every Run.
+    from migraphx_ep.ep import bridge
+
+    asked = {"n": 0}
+    real = bridge.native_plan
+
+    def counting(*args):
+        asked["n"] += 1
+        return real(*args)
+
+    monkeypatch.setattr(bridge, "native_plan", counting)
+    blob, model = _bert()
+    sess = ort.InferenceSession(blob, providers=[(EP, {"migraphx_target": "ref"}), "CPUExecutionProvider"])
+    f = feeds_for(model, batch=2, seq=9, seed=0)
+    for _ in range(4):
+        _close(sess.run(None, f), _cpu(blob, f))
+    assert asked["n"] == 1
+    g = feeds_for(model, batch=3, seq=5, seed=1)
+    for _ in range(3):
+        _close(sess.run(None, g), _cpu(blob, g))
+    assert asked["n"] == 2
