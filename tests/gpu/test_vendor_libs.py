@@ -510,3 +510,34 @@ def test_conv_without_tf32_is_full_float32(cudnn):
         dev.scratch(plan.workspace_size),
     )
     np.testing.assert_allclose(dev.get(y_p, out), 16 * (1 + 2**-12), rtol=1e-5)
+
+
+@gpu
+def test_the_same_gemm_is_timed_once_per_process(cublaslt, monkeypatch):
+    from migraphx_ep.targets.gpu.tuning import PICKS
+
+    PICKS.clear()
+    shape, kinds = (2, 64, 48, 32), ("rm", "cm", "rm")
+    first = run_gemm(cublaslt, F16, shape, kinds, bias=True, tune=True)
+    with monkeypatch.context() as m:  # another layer's identical GEMM: no heuristics, no timing
+        m.setattr(blas.GemmPlan, "heuristics", lambda *a, **k: pytest.fail("heuristics ran for a known GEMM"))
+        again = run_gemm(cublaslt, F16, shape, kinds, bias=True, tune=True)
+    assert bytes(again.algo) == bytes(first.algo) and PICKS.hits == 1
+    searched = []
+    real = blas.GemmPlan.heuristics
+    monkeypatch.setattr(blas.GemmPlan, "heuristics", lambda *a, **k: searched.append(1) or real(*a, **k))
+    run_gemm(cublaslt, F16, (2, 65, 48, 32), kinds, bias=True, tune=True)  # another M: a new problem
+    run_gemm(cublaslt, F16, shape, kinds, bias=False, tune=True)  # another epilogue: a new problem
+    assert len(searched) == 2
+
+
+@gpu
+def test_the_same_convolution_is_searched_once_per_process(cudnn, monkeypatch):
+    from migraphx_ep.targets.gpu.tuning import PICKS
+
+    PICKS.clear()
+    first = run_conv(cudnn, F16, "3x3", nhwc=True, bias=True, relu=True)
+    with monkeypatch.context() as m:
+        m.setattr(dnn, "_search", lambda *a, **k: pytest.fail("searched for a known convolution"))
+        again = run_conv(cudnn, F16, "3x3", nhwc=True, bias=True, relu=True)
+    assert again.to_dict() == first.to_dict() and PICKS.hits == 1

@@ -23,6 +23,7 @@ from ...ir.shape import Shape
 from . import libs
 from .kernels.spec import Unsupported
 from .libs import FwdAlgoPerf
+from .tuning import PICKS
 
 CUDNN_STATUS_SUCCESS = 0
 CUDNN_STATUS_NOT_SUPPORTED = 3000
@@ -430,6 +431,12 @@ def plan_conv(
         raise ValueError(f"convolution: output {y} / residual {z} do not fit x {x}, w {w}")
     plan = ConvPlan(t, (x, w, y, z), (pads, strides, dils, groups), bias, relu, residual, allow_tf32)
     plan.handle = handle()
-    if not (tuned and plan.restore(tuned, workspace_limit)):
-        _search(plan, workspace_limit, exhaustive)
+    if tuned and plan.restore(tuned, workspace_limit):
+        return plan
+    memo = ("conv", plan.handle, plan.key, workspace_limit, exhaustive)
+    picked = PICKS.get(memo)
+    if picked is not None and plan.restore(picked, workspace_limit):
+        return plan  # the same convolution was planned before (another block, another program)
+    _search(plan, workspace_limit, exhaustive)
+    PICKS.put(memo, plan.to_dict())
     return plan
