@@ -1,6 +1,7 @@
 """Activation functions: elementwise ops, some with float attributes.
 
-``cpp`` templates use ``{0}`` for the input and ``{name}`` for an attribute of the op. Formulas follow
+``cpp`` is the device meaning (see ``ops.base``): ``{0}`` the input, ``{C}`` the
+compute type, ``{name}`` an attribute of the op. Formulas follow
 ORT's CPU kernels where those are the numerically stable form (softplus, mish), which equal ONNX's
 textbook formula wherever that one does not overflow.
 """
@@ -36,26 +37,33 @@ def _gelu_tanh(x: np.ndarray) -> np.ndarray:
     return (0.5 * x64 * (1 + np.tanh(np.sqrt(2 / np.pi) * (x64 + 0.044715 * x64**3)))).astype(x.dtype)
 
 
-unary("sigmoid", f32(_sigmoid), "1 / (1 + exp(-{0}))", types=FLOAT_TYPES)
-unary("softsign", f32(lambda x: x / (1 + np.abs(x))), "{0} / (1 + abs({0}))", types=FLOAT_TYPES)
-unary("softplus", f32(_softplus), "max({0}, 0) + log1p(exp(-abs({0})))", types=FLOAT_TYPES)
+unary("sigmoid", f32(_sigmoid), "(({C})1 / (({C})1 + exp(-{0})))", types=FLOAT_TYPES)
+unary("softsign", f32(lambda x: x / (1 + np.abs(x))), "({0} / (({C})1 + fabs({0})))", types=FLOAT_TYPES)
+unary("softplus", f32(_softplus), "mx_softplus({0})", types=FLOAT_TYPES)
 unary(
     "mish",
     f32(lambda x: x * np.tanh(_softplus(x))),
-    "{0} * tanh(max({0}, 0) + log1p(exp(-abs({0}))))",
+    "({0} * tanh(mx_softplus({0})))",
     types=FLOAT_TYPES,
 )
 unary(
     "hard_swish",
     f32(lambda x: x * np.clip(x / 6 + 0.5, 0, 1)),
-    "{0} * min(max({0} / 6 + 0.5, 0), 1)",
+    "({0} * mx_min(mx_max({0} / ({C})6 + ({C})0.5, ({C})0), ({C})1))",
     types=FLOAT_TYPES,
 )
-unary("gelu", f32(_gelu), "0.5 * {0} * (1 + erf({0} * M_SQRT1_2))", types=FLOAT_TYPES)
+# Device: numpy's (0.5 * x) in x's type times (1 + erf(x / sqrt 2)) in double, then back to x's type.
+unary(
+    "gelu",
+    f32(_gelu),
+    "(({C})((double)(({C})0.5 * {0}) * (1.0 + erf((double){0} / 1.4142135623730951))))",
+    types=FLOAT_TYPES,
+)
 unary(
     "gelu_tanh",
     f32(_gelu_tanh),
-    "0.5 * {0} * (1 + tanh(0.7978845608028654 * ({0} + 0.044715 * {0} * {0} * {0})))",
+    "(({C})(0.5 * (double){0} * (1.0 + tanh(0.7978845608028654 * ((double){0} + 0.044715 * "
+    "((double){0} * (double){0} * (double){0}))))))",
     types=FLOAT_TYPES,
 )
 
@@ -76,15 +84,12 @@ class AttrUnaryOp(UnaryOp):
         with np.errstate(all="ignore"):
             return np.asarray(self.apply(x)).astype(out.dtype, copy=False)
 
-    def cpp_expr(self, x: str) -> str:
-        return self.cpp.format(x, **self.attributes())
-
 
 @register_op
 @dataclasses.dataclass(frozen=True)
 class LeakyRelu(AttrUnaryOp):
     name: ClassVar[str] = "leaky_relu"
-    cpp: ClassVar[str] = "{0} >= 0 ? {0} : {alpha} * {0}"
+    cpp: ClassVar[str] = "({0} >= 0 ? {0} : {alpha} * {0})"
     alpha: float = 0.01
 
     def apply(self, x):
@@ -95,7 +100,7 @@ class LeakyRelu(AttrUnaryOp):
 @dataclasses.dataclass(frozen=True)
 class Elu(AttrUnaryOp):
     name: ClassVar[str] = "elu"
-    cpp: ClassVar[str] = "{0} >= 0 ? {0} : {alpha} * (exp({0}) - 1)"
+    cpp: ClassVar[str] = "({0} >= 0 ? {0} : {alpha} * expm1({0}))"
     alpha: float = 1.0
 
     def apply(self, x):
@@ -106,7 +111,7 @@ class Elu(AttrUnaryOp):
 @dataclasses.dataclass(frozen=True)
 class Selu(AttrUnaryOp):
     name: ClassVar[str] = "selu"
-    cpp: ClassVar[str] = "{0} > 0 ? {gamma} * {0} : {gamma} * {alpha} * (exp({0}) - 1)"
+    cpp: ClassVar[str] = "({0} > 0 ? {gamma} * {0} : {gamma} * ({alpha} * expm1({0})))"
     alpha: float = 1.67326319217681884765625
     gamma: float = 1.05070102214813232421875
 
@@ -118,7 +123,7 @@ class Selu(AttrUnaryOp):
 @dataclasses.dataclass(frozen=True)
 class Celu(AttrUnaryOp):
     name: ClassVar[str] = "celu"
-    cpp: ClassVar[str] = "max({0}, 0) + min(0, {alpha} * (exp({0} / {alpha}) - 1))"
+    cpp: ClassVar[str] = "(mx_max({0}, ({C})0) + mx_min(({C})0, {alpha} * expm1({0} / {alpha})))"
     alpha: float = 1.0
 
     def apply(self, x):
@@ -130,7 +135,7 @@ class Celu(AttrUnaryOp):
 @dataclasses.dataclass(frozen=True)
 class ThresholdedRelu(AttrUnaryOp):
     name: ClassVar[str] = "thresholded_relu"
-    cpp: ClassVar[str] = "{0} > {alpha} ? {0} : 0"
+    cpp: ClassVar[str] = "({0} > {alpha} ? {0} : ({C})0)"
     alpha: float = 1.0
 
     def apply(self, x):
@@ -141,7 +146,8 @@ class ThresholdedRelu(AttrUnaryOp):
 @dataclasses.dataclass(frozen=True)
 class HardSigmoid(AttrUnaryOp):
     name: ClassVar[str] = "hard_sigmoid"
-    cpp: ClassVar[str] = "max(0, min(1, {alpha} * {0} + {beta}))"
+    # mx_mul_rn: no fused multiply-add, so the device rounds twice as numpy does
+    cpp: ClassVar[str] = "mx_min(mx_max(mx_mul_rn({alpha}, {0}) + {beta}, ({C})0), ({C})1)"
     alpha: float = 0.2
     beta: float = 0.5
 
@@ -153,7 +159,7 @@ class HardSigmoid(AttrUnaryOp):
 @dataclasses.dataclass(frozen=True)
 class Shrink(AttrUnaryOp):
     name: ClassVar[str] = "shrink"
-    cpp: ClassVar[str] = "{0} < -{lambd} ? {0} + {bias} : ({0} > {lambd} ? {0} - {bias} : 0)"
+    cpp: ClassVar[str] = "({0} < {neg_lambd} ? {0} + {bias} : ({0} > {lambd} ? {0} - {bias} : ({C})0))"
     types: ClassVar[frozenset] = frozenset(FLOAT_TYPES) | UnaryOp.types
     lambd: float = 0.5
     bias: float = 0.0
@@ -172,7 +178,7 @@ class QuickGelu(AttrUnaryOp):
     """com.microsoft QuickGelu: ``x * sigmoid(alpha * x)``."""
 
     name: ClassVar[str] = "quick_gelu"
-    cpp: ClassVar[str] = "{0} / (1 + exp(-{alpha} * {0}))"
+    cpp: ClassVar[str] = "({0} * (({C})1 / (({C})1 + exp(-({alpha} * {0})))))"
     alpha: float = 1.702
 
     def apply(self, x):

@@ -57,6 +57,7 @@ class Contiguous(Op):
     """Copy a view into a standard (packed, row-major) layout."""
 
     name: ClassVar[str] = "contiguous"
+    cpp: ClassVar[str] = "{0}"
 
     def compute_shape(self, inputs: list[Shape]) -> Shape:
         check_shapes(self.name, inputs).has(1)
@@ -93,6 +94,7 @@ class Convert(Op):
     """Element type conversion with ONNX Cast semantics (float→int truncates, NaN→int is 0...)."""
 
     name: ClassVar[str] = "convert"
+    cpp: ClassVar[str] = "{0}"
     target_type: DType = DType.float_type
 
     def __post_init__(self) -> None:

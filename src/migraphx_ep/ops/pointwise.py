@@ -99,16 +99,19 @@ def _round(x: np.ndarray) -> np.ndarray:
 
 
 # -- unary: math ----------------------------------------------------------------------------------
-unary("abs", np.abs, "abs({0})")
-unary("neg", np.negative, "-{0}", types=SIGNED)
-unary("sign", np.sign, "({0} > 0) - ({0} < 0)")
-unary("relu", lambda x: np.maximum(x, np.zeros((), x.dtype)), "max({0}, decltype({0})(0))", types=SIGNED)
+unary("abs", np.abs, "mx_abs({0})")
+unary("neg", np.negative, "mx_neg({0})", types=SIGNED)
+unary("sign", np.sign, "mx_sign({0})")
+unary("relu", lambda x: np.maximum(x, np.zeros((), x.dtype)), "mx_max({0}, ({C})0)", types=SIGNED)
 unary("identity", lambda x: x, "{0}", types=ANY)
 unary("exp", f32(np.exp), "exp({0})", types=FLOAT_TYPES)
 unary("log", f32(np.log), "log({0})", types=FLOAT_TYPES)
 unary("sqrt", f32(np.sqrt), "sqrt({0})", types=FLOAT_TYPES)
-unary("rsqrt", f32(lambda x: 1 / np.sqrt(x)), "rsqrt({0})", types=FLOAT_TYPES)
-unary("recip", f32(lambda x: 1 / x), "1 / {0}", types=FLOAT_TYPES)
+# rsqrt() is not correctly rounded; numpy divides by sqrt.
+unary("rsqrt", f32(lambda x: 1 / np.sqrt(x)), "(({C})1 / sqrt({0}))", types=FLOAT_TYPES)
+unary("recip", f32(lambda x: 1 / x), "(({C})1 / {0})", types=FLOAT_TYPES)
+# CUDA's erff is within 2 ulp of float's correctly rounded value (the ref's erf is libm's in double,
+# rounded once); evaluating in double would cost 10x in GELU-heavy models for that last ulp.
 unary("erf", erf, "erf({0})", types=FLOAT_TYPES)
 unary("sin", f32(np.sin), "sin({0})", types=FLOAT_TYPES)
 unary("cos", f32(np.cos), "cos({0})", types=FLOAT_TYPES)
@@ -125,43 +128,41 @@ unary("atanh", f32(np.arctanh), "atanh({0})", types=FLOAT_TYPES)
 unary("ceil", f32(np.ceil), "ceil({0})", types=FLOAT_TYPES)
 unary("floor", f32(np.floor), "floor({0})", types=FLOAT_TYPES)
 unary("nearbyint", f32(_round), "nearbyint({0})", types=FLOAT_TYPES)
-unary("isnan", f32(np.isnan), "isnan({0})", types=FLOAT_TYPES, result_type=DType.bool_type)
-unary("isinf", f32(np.isinf), "isinf({0})", types=FLOAT_TYPES, result_type=DType.bool_type)
-unary("not", np.logical_not, "!{0}", types=BOOL)
-unary("bitwise_not", np.invert, "~{0}", types=INT_TYPES)
+unary("isnan", f32(np.isnan), "({0} != {0})", types=FLOAT_TYPES, result_type=DType.bool_type)
+unary("isinf", f32(np.isinf), "(bool)isinf({0})", types=FLOAT_TYPES, result_type=DType.bool_type)
+unary("not", np.logical_not, "(!{0})", types=BOOL)
+unary("bitwise_not", np.invert, "(~{0})", types=INT_TYPES)
 
 # -- binary: arithmetic ---------------------------------------------------------------------------
-binary("add", np.add, "{0} + {1}")
-binary("sub", np.subtract, "{0} - {1}")
-binary("mul", np.multiply, "{0} * {1}")
-binary("div", _checked(_div, "div"), "{0} / {1}")  # C++ integer division truncates, as ONNX wants
-binary("pow", f32(_pow), "pow({0}, {1})")
+binary("add", np.add, "mx_add({0}, {1})")
+binary("sub", np.subtract, "mx_sub({0}, {1})")
+binary("mul", np.multiply, "mx_mul({0}, {1})")
+binary("div", _checked(_div, "div"), "mx_div({0}, {1})")  # C++ integer division truncates, as ONNX wants
+binary("pow", f32(_pow), "mx_pow({0}, {1})")
 # Sign of the divisor (numpy's mod, including IEEE special cases, as ONNX Mod-28 specifies for floats).
-_FM = "fmod({0}, {1})"
-_MOD = f"({_FM} != 0 && (({_FM} < 0) != ({{1}} < 0))) ? {_FM} + {{1}} : {_FM}"
-binary("mod", f32(_checked(np.mod, "mod")), _MOD)
-binary("fmod", f32(_checked(np.fmod, "fmod")), "fmod({0}, {1})")  # sign of the dividend
+binary("mod", f32(_checked(np.mod, "mod")), "mx_mod({0}, {1})")
+binary("fmod", f32(_checked(np.fmod, "fmod")), "mx_fmod({0}, {1})")  # sign of the dividend
 # NaN propagates (numpy's maximum/minimum); the expression keeps that where fmax/fmin would not.
-binary("max", np.maximum, "({0} != {0} || {0} > {1}) ? {0} : {1}")
-binary("min", np.minimum, "({0} != {0} || {0} < {1}) ? {0} : {1}")
-binary("prelu", lambda x, s: np.where(x < 0, x * s, x), "{0} < 0 ? {0} * {1} : {0}", types=SIGNED)
-binary("bitwise_and", np.bitwise_and, "{0} & {1}", types=INT_TYPES)
-binary("bitwise_or", np.bitwise_or, "{0} | {1}", types=INT_TYPES)
-binary("bitwise_xor", np.bitwise_xor, "{0} ^ {1}", types=INT_TYPES)
-_SHIFT_OK = "({1} >= 0 && {1} < 8 * sizeof({0}))"
-binary("shift_left", _shift_left, _SHIFT_OK + " ? {0} << {1} : 0", types=INT_TYPES)
-binary("shift_right", _shift_right, _SHIFT_OK + " ? {0} >> {1} : ({0} < 0 ? -1 : 0)", types=INT_TYPES)
+binary("max", np.maximum, "mx_max({0}, {1})")
+binary("min", np.minimum, "mx_min({0}, {1})")
+binary("prelu", lambda x, s: np.where(x < 0, x * s, x), "({0} < 0 ? mx_mul({0}, {1}) : {0})", types=SIGNED)
+binary("bitwise_and", np.bitwise_and, "({0} & {1})", types=INT_TYPES)
+binary("bitwise_or", np.bitwise_or, "({0} | {1})", types=INT_TYPES)
+binary("bitwise_xor", np.bitwise_xor, "({0} ^ {1})", types=INT_TYPES)
+# A shift by a negative count or by the width or more gives 0 (or the sign for >>), as numpy does.
+binary("shift_left", _shift_left, "mx_shl({0}, {1})", types=INT_TYPES)
+binary("shift_right", _shift_right, "mx_shr({0}, {1})", types=INT_TYPES)
 
 # -- binary: logic and comparison (bool results) -----------------------------------------------------
-binary("logical_and", np.logical_and, "{0} && {1}", types=BOOL)
-binary("logical_or", np.logical_or, "{0} || {1}", types=BOOL)
-binary("logical_xor", np.logical_xor, "{0} != {1}", types=BOOL)
-binary("equal", np.equal, "{0} == {1}", types=ANY, result_type=DType.bool_type)
-binary("greater", np.greater, "{0} > {1}", result_type=DType.bool_type)
-binary("less", np.less, "{0} < {1}", result_type=DType.bool_type)
+binary("logical_and", np.logical_and, "({0} && {1})", types=BOOL)
+binary("logical_or", np.logical_or, "({0} || {1})", types=BOOL)
+binary("logical_xor", np.logical_xor, "({0} != {1})", types=BOOL)
+binary("equal", np.equal, "({0} == {1})", types=ANY, result_type=DType.bool_type)
+binary("greater", np.greater, "({0} > {1})", result_type=DType.bool_type)
+binary("less", np.less, "({0} < {1})", result_type=DType.bool_type)
 # Own ops rather than not(less): with NaN, NaN >= x is false but !(NaN < x) is true.
-binary("greater_or_equal", np.greater_equal, "{0} >= {1}", result_type=DType.bool_type)
-binary("less_or_equal", np.less_equal, "{0} <= {1}", result_type=DType.bool_type)
+binary("greater_or_equal", np.greater_equal, "({0} >= {1})", result_type=DType.bool_type)
+binary("less_or_equal", np.less_equal, "({0} <= {1})", result_type=DType.bool_type)
 
 
 # -- ternary ------------------------------------------------------------------------------------------
@@ -171,7 +172,7 @@ class Where(Op):
     """``cond ? x : y`` on equal dims (the frontend broadcasts)."""
 
     name: ClassVar[str] = "where"
-    cpp: ClassVar[str] = "{0} ? {1} : {2}"
+    cpp: ClassVar[str] = "({0} ? {1} : {2})"
 
     def compute_shape(self, inputs: list[Shape]) -> Shape:
         c = check_shapes(self.name, inputs).has(3).same_dims()
@@ -190,7 +191,7 @@ class Clip(Op):
     """``min(max(x, lo), hi)`` on equal dims; NaN in x stays NaN; lo > hi gives hi (as ONNX says)."""
 
     name: ClassVar[str] = "clip"
-    cpp: ClassVar[str] = "min(max({0}, {1}), {2})"
+    cpp: ClassVar[str] = "mx_min(mx_max({0}, {1}), {2})"
 
     def compute_shape(self, inputs: list[Shape]) -> Shape:
         check_shapes(self.name, inputs).has(3).same_type().same_dims().types(NUMERIC_TYPES)
