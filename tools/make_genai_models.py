@@ -123,11 +123,15 @@ def save_hf(arch: str, folder: Path, tokenizer) -> None:
 
 
 def run_builder(hf: Path, out: Path, precision: str, cache: Path) -> None:
+    run_builder_args(hf, out, ["-p", precision, "-e", "cpu", "-c", str(cache), *PRECISIONS[precision]])
+
+
+def run_builder_args(hf: Path, out: Path, args: list[str]) -> None:
+    """GenAI's model builder from ``hf`` into ``out`` (bench/llm.py builds its -e cuda graphs with it)."""
     # Offline: the builder reads config, weights and tokenizer from the folder; a hub lookup would
     # mean something is missing from it, which should fail here rather than download.
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
-    cmd = [sys.executable, "-m", "onnxruntime_genai.models.builder", "-i", str(hf), "-o", str(out)]
-    cmd += ["-p", precision, "-e", "cpu", "-c", str(cache), *PRECISIONS[precision]]
+    cmd = [sys.executable, "-m", "onnxruntime_genai.models.builder", "-i", str(hf), "-o", str(out), *args]
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
     if proc.returncode != 0:
         tail = "\n".join((proc.stdout + proc.stderr).splitlines()[-20:])
