@@ -3,6 +3,7 @@
 #include <pybind11/stl.h>
 
 #include <climits>
+#include <cstring>
 #include <memory>
 #include <string>
 #include <vector>
@@ -117,9 +118,11 @@ Ep::Ep(py::object py_ep_, const OrtLogger& logger_, bool write_context_, Allocat
   Compile = CompileImpl;
   ReleaseNodeComputeInfos = ReleaseNodeComputeInfosImpl;
   CreateAllocator = CreateAllocatorImpl;  // this session's options; the factory releases it
+  // In the 1.23 ABI (kMinApiVersion), so every runtime we load in has it: no version check needed.
+  GetCompiledModelCompatibilityInfo = GetCompiledModelCompatibilityInfoImpl;
   // Optional in the 1.23 ABI and left null on purpose: GetPreferredDataLayout (NCHW assumed),
   // ShouldConvertDataLayoutForOp, SetDynamicOptions, OnRunStart/OnRunEnd, CreateSyncStreamForDevice
-  // (we are not stream aware), GetCompiledModelCompatibilityInfo.
+  // (we are not stream aware).
   // Newer callbacks only where the running ORT has them (api().version), though ORT would ignore a field
   // beyond the ort_version_supported it reads.
 #if ORT_API_VERSION >= 24
@@ -197,6 +200,25 @@ OrtStatus* ORT_API_CALL Ep::CreateAllocatorImpl(OrtEp* self, const OrtMemoryInfo
   return make_allocator(memory_info, static_cast<Ep*>(self)->allocator, allocator);
 }
 
+const char* ORT_API_CALL Ep::GetCompiledModelCompatibilityInfoImpl(OrtEp* self, const OrtGraph*) noexcept {
+  // ORT calls this for every EP of a session that wrote an EPContext model, once the model's nodes are
+  // final, and stores a non-empty answer in its metadata ("ep_compatibility_info.<EP name>"). The graph
+  // is not needed: what matters is what this session compiled (bridge.compatibility_info).
+  auto* ep = static_cast<Ep*>(self);
+  OrtStatus* status = guarded("GetCompiledModelCompatibilityInfo", [&] {
+    ep->compatibility = bridge().attr("compatibility_info")(ep->py_ep).cast<std::string>();
+  });
+  if (status != nullptr) {
+    // No status can be returned here. With no string stored the model still loads: each EPContext
+    // node's own record is checked at Compile. Say why the string is missing.
+    ep->compatibility.clear();
+    ignore(api().ort->Logger_LogMessage(&ep->logger, ORT_LOGGING_LEVEL_WARNING, api().ort->GetErrorMessage(status),
+                                        ORT_FILE, __LINE__, __FUNCTION__));
+    api().ort->ReleaseStatus(status);
+  }
+  return ep->compatibility.c_str();
+}
+
 #if ORT_API_VERSION >= 24
 OrtStatus* ORT_API_CALL Ep::IsConcurrentRunSupportedImpl(OrtEp*, bool* is_supported) noexcept {
   // Yes: Compute takes the GIL, and a compiled program is safe to run from several threads at once
@@ -239,6 +261,26 @@ OrtStatus* create_ep(const std::map<std::string, std::string>& options,
     auto enable = session.find("ep.context_enable");
     *out = new Ep(std::move(py_ep), logger, enable != session.end() && enable->second == "1",
                   allocator_settings(bridge().attr("allocator_settings")(py_ep)));
+  });
+}
+
+OrtStatus* validate_compatibility(const char* info, OrtCompiledModelCompatibility* result) noexcept {
+  if (result == nullptr) {
+    return make_status(ORT_INVALID_ARGUMENT, std::string(kEpName) + " ValidateCompiledModelCompatibilityInfo: "
+                                                                    "null model_compatibility");
+  }
+  *result = OrtCompiledModelCompatibility_EP_UNSUPPORTED;  // until a verdict is reached
+  if (info == nullptr) return nullptr;                     // no string: nothing we could have written
+  return guarded("ValidateCompiledModelCompatibilityInfo", [&] {
+    // Bytes, not str: a string that is not UTF-8 is a verdict (unsupported), not a decoding error.
+    const py::bytes raw(info, std::strlen(info));
+    const int verdict = bridge().attr("validate_compatibility")(raw).cast<int>();
+    if (verdict < OrtCompiledModelCompatibility_EP_NOT_APPLICABLE ||
+        verdict > OrtCompiledModelCompatibility_EP_UNSUPPORTED) {
+      throw OrtError(ORT_FAIL, "bridge.validate_compatibility returned " + std::to_string(verdict) +
+                                   ", not an OrtCompiledModelCompatibility value");
+    }
+    *result = static_cast<OrtCompiledModelCompatibility>(verdict);
   });
 }
 

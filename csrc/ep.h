@@ -25,6 +25,8 @@ struct Ep : OrtEp {
   const bool write_context;
   // This session's device allocator options (migraphx_mem_limit, ...), from bridge.allocator_settings.
   const AllocatorSettings allocator;
+  // The last GetCompiledModelCompatibilityInfo answer: ORT copies the string we return from here.
+  std::string compatibility;
 
   static const char* ORT_API_CALL GetNameImpl(const OrtEp* self) noexcept;
   static OrtStatus* ORT_API_CALL GetCapabilityImpl(OrtEp* self, const OrtGraph* graph,
@@ -36,6 +38,7 @@ struct Ep : OrtEp {
                                                        size_t count) noexcept;
   static OrtStatus* ORT_API_CALL CreateAllocatorImpl(OrtEp* self, const OrtMemoryInfo* memory_info,
                                                      OrtAllocator** allocator) noexcept;
+  static const char* ORT_API_CALL GetCompiledModelCompatibilityInfoImpl(OrtEp* self, const OrtGraph* graph) noexcept;
 #if ORT_API_VERSION >= 24
   static OrtStatus* ORT_API_CALL IsConcurrentRunSupportedImpl(OrtEp* self, bool* is_supported) noexcept;
 #endif
@@ -50,5 +53,9 @@ OrtStatus* create_ep(const std::map<std::string, std::string>& options,
                      const std::map<std::string, std::string>& session, const OrtLogger& logger,
                      OrtEp** out) noexcept;
 void destroy_ep(OrtEp* ep) noexcept;
+// Factory side: OrtEpFactory::ValidateCompiledModelCompatibilityInfo's verdict on `info` (the string ORT
+// stored in a compiled model's metadata), computed by bridge.validate_compatibility. A string we cannot
+// read is EP_UNSUPPORTED, not an error; an error status means the verdict itself could not be reached.
+OrtStatus* validate_compatibility(const char* info, OrtCompiledModelCompatibility* result) noexcept;
 
 }  // namespace mgx

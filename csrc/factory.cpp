@@ -52,9 +52,10 @@ Factory::Factory() : OrtEpFactory{} {
   ReleaseEp = ReleaseEpImpl;
   GetVendorId = GetVendorIdImpl;
   GetVersion = GetVersionImpl;
+  // In the 1.23 ABI (kMinApiVersion), so every runtime we load in has it: no version check needed.
+  ValidateCompiledModelCompatibilityInfo = ValidateCompiledModelCompatibilityInfoImpl;
   // The header does not say these may be null, and some ORT versions call CreateDataTransfer
   // unconditionally: implement them all as "nothing to offer" (CPU memory, no streams, no allocator).
-  ValidateCompiledModelCompatibilityInfo = ValidateCompiledModelCompatibilityInfoImpl;
   CreateAllocator = CreateAllocatorImpl;
   ReleaseAllocator = ReleaseAllocatorImpl;
   CreateDataTransfer = CreateDataTransferImpl;
@@ -140,12 +141,14 @@ void ORT_API_CALL Factory::ReleaseEpImpl(OrtEpFactory*, OrtEp* ep) noexcept { de
 
 OrtStatus* ORT_API_CALL Factory::ValidateCompiledModelCompatibilityInfoImpl(OrtEpFactory*,
                                                                             const OrtHardwareDevice* const*, size_t,
-                                                                            const char*,
+                                                                            const char* info,
                                                                             OrtCompiledModelCompatibility* result) noexcept {
-  // Our EPContext nodes carry their own target/version/options record, checked when they are compiled
-  // (ep/epcontext.py: a mismatch is an error naming it); no separate compatibility string is written.
-  *result = OrtCompiledModelCompatibility_EP_NOT_APPLICABLE;
-  return nullptr;
+  // ORT 1.32 calls this when its C API creates a session for a model whose metadata holds our string
+  // (before Initialize: UNSUPPORTED fails the session, PREFER_RECOMPILATION logs a warning; its Python
+  // InferenceSession does not ask), and for GetModelCompatibilityForEpDevices. The verdict is about this
+  // machine and package (ep/compat.py; the session's options are checked per EPContext node at Compile),
+  // and it weighs every GPU here, so the devices ORT names are not needed.
+  return validate_compatibility(info, result);
 }
 
 OrtStatus* ORT_API_CALL Factory::CreateAllocatorImpl(OrtEpFactory*, const OrtMemoryInfo* memory_info,

@@ -1,6 +1,7 @@
 // OrtEpFactory: names the EP, offers its OrtEpDevices (CPU memory, or one per CUDA device with its memory),
 // creates Eps, allocators and the data transfer.
-// Pure C++ except CreateEp/ReleaseEp: ORT may release the factory after Python has shut down.
+// Pure C++ except CreateEp/ReleaseEp and ValidateCompiledModelCompatibilityInfo (called while a session is
+// being made, or from ORT's API): ORT may release the factory after Python has shut down.
 #pragma once
 
 #include "device_memory.h"

@@ -12,6 +12,7 @@ from onnx import TensorProto as T
 from onnx import helper as oh
 from onnx import numpy_helper as nh
 
+import migraphx_ep
 from conftest import make_model, tensor
 from migraphx_ep import _routing, mxr
 
@@ -108,30 +109,127 @@ def test_refused_node_stays_an_ordinary_node(tmp_path, recording):
     np.testing.assert_array_equal(s.run(None, {"x": x})[0], want)
 
 
-def test_context_for_other_options_version_or_target_is_refused(tmp_path, recording):
-    src, out = tmp_path / "m.onnx", tmp_path / "m_ctx.onnx"
-    src.write_bytes(mlp())
-    ctx = compile_model(str(src), str(out), embed=True)
-    with pytest.raises(Exception, match=r"compiled with option fp16=False, this session has fp16=True"):
-        session(str(out), {"migraphx_fp16_enable": "1"})
-
-    (node,) = ctx.graph.node
-    old = next(a for a in node.attribute if a.name == "ep_sdk_version")
-    old.s = b"0.0.0-other"
-    with pytest.raises(Exception, match=r"made by migraphx-ep 0.0.0-other"):
-        session(ctx.SerializeToString())
-
-    # A program whose record names another target (as a gpu-compiled context would).
-    ctx = onnx.load(str(out))
+def _gpu_record(ctx: onnx.ModelProto, tmp: str) -> None:
+    """Make the embedded program's record name the gpu target (as a gpu-compiled context's would)."""
     blob = next(a for a in ctx.graph.node[0].attribute if a.name == "ep_cache_context")
-    path = tmp_path / "p.mxr"
-    path.write_bytes(blob.s)
+    path = os.path.join(tmp, "p.mxr")
+    with open(path, "wb") as f:
+        f.write(blob.s)
     f = mxr.load_file(path)
     f.metadata["epcontext"]["target"] = "gpu"
     mxr.save(f.program, path, metadata=f.metadata)
-    blob.s = path.read_bytes()
+    with open(path, "rb") as g:
+        blob.s = g.read()
+
+
+def _with_attr(ctx: onnx.ModelProto, name: str, value: bytes) -> onnx.ModelProto:
+    copy = onnx.ModelProto()
+    copy.CopyFrom(ctx)
+    for node in copy.graph.node:
+        if node.op_type == "EPContext":
+            next(a for a in node.attribute if a.name == name).s = value
+    return copy
+
+
+def test_mismatched_context_without_its_original_is_a_clear_error(tmp_path, recording):
+    # The EPContext model is written elsewhere than its original: nothing to recompile from.
+    src, out = tmp_path / "m.onnx", tmp_path / "out" / "m_ctx.onnx"
+    src.write_bytes(mlp())
+    out.parent.mkdir()
+    ctx = compile_model(str(src), str(out), embed=True)
+    with pytest.raises(Exception, match=r"compiled with option fp16=False, this session has fp16=True") as e:
+        session(str(out), {"migraphx_fp16_enable": "1"})
+    assert "the original model 'm.onnx' is not beside it" in str(e.value)
+
+    old = _with_attr(ctx, "ep_sdk_version", b"0.0.0-other")
+    with pytest.raises(Exception, match=r"made by migraphx-ep 0.0.0-other, this is .* loaded from bytes"):
+        session(old.SerializeToString())
+
+    _gpu_record(ctx, str(tmp_path))
     with pytest.raises(Exception, match=r"compiled for target 'gpu', this session's target is 'ref'"):
         session(ctx.SerializeToString())
+    ctx.graph.node[0].attribute.remove(
+        next(a for a in ctx.graph.node[0].attribute if a.name == "onnx_model_filename")
+    )
+    onnx.save(ctx, str(out))
+    with pytest.raises(Exception, match=r"names no original model \(onnx_model_filename\)"):
+        session(str(out))
+    bad = _with_attr(onnx.load(str(out)), "ep_sdk_version", b"0.0.0-other")
+    bad.graph.node[0].attribute.append(oh.make_attribute("onnx_model_filename", "../m.onnx"))
+    onnx.save(bad, str(out))
+    with pytest.raises(Exception, match=r"'../m.onnx' must be a relative path inside the model's directory"):
+        session(str(out))
+
+
+def test_mismatched_context_is_recompiled_from_its_original(tmp_path, recording, caplog):
+    src, out = tmp_path / "m.onnx", tmp_path / "m_ctx.onnx"
+    src.write_bytes(mlp())
+    ctx = compile_model(str(src), str(out), embed=True)
+    assert attrs(ctx.graph.node[0])["onnx_model_filename"] == b"m.onnx"
+    x = RNG.standard_normal((3, 8)).astype(np.float32)
+    fp16 = {"migraphx_fp16_enable": "1"}
+
+    caplog.clear()
+    got = session(str(out), fp16).run(None, {"x": x})[0]
+    assert recording.counts() == (1, 0)  # not loaded: compiled again, for this session's options
+    assert "compiled with option fp16=False, this session has fp16=True" in caplog.text
+    assert f"recompiling its partition from the original model {src}" in caplog.text
+    np.testing.assert_array_equal(got, session(str(src), fp16).run(None, {"x": x})[0])
+
+    want = session(str(src)).run(None, {"x": x})[0]
+    onnx.save(_with_attr(ctx, "ep_sdk_version", b"0.0.0-other"), str(tmp_path / "old_ctx.onnx"))
+    caplog.clear()
+    got = session(str(tmp_path / "old_ctx.onnx")).run(None, {"x": x})[0]
+    assert recording.counts() == (1, 0) and "made by migraphx-ep 0.0.0-other" in caplog.text
+    np.testing.assert_array_equal(got, want)
+
+    _gpu_record(ctx, str(tmp_path))
+    onnx.save(ctx, str(tmp_path / "gpu_ctx.onnx"))
+    caplog.clear()
+    got = session(str(tmp_path / "gpu_ctx.onnx")).run(None, {"x": x})[0]
+    assert recording.counts() == (1, 0) and "compiled for target 'gpu'" in caplog.text
+    np.testing.assert_array_equal(got, want)
+
+
+def test_every_partition_is_recompiled_around_an_unclaimed_node(tmp_path, recording):
+    src, out = tmp_path / "m.onnx", tmp_path / "m_ctx.onnx"
+    src.write_bytes(with_refused_node())
+    ctx = compile_model(str(src), str(out), embed=False)
+    onnx.save(_with_attr(ctx, "ep_sdk_version", b"0.0.0-other"), str(out))
+    x = RNG.standard_normal((3, 8)).astype(np.float32)
+    got = session(str(out)).run(None, {"x": x})[0]
+    assert recording.counts() == (2, 0)
+    np.testing.assert_array_equal(got, session(str(src)).run(None, {"x": x})[0])
+
+
+def test_an_original_without_the_partition_is_not_recompiled(tmp_path, recording):
+    src, out = tmp_path / "m.onnx", tmp_path / "m_ctx.onnx"
+    src.write_bytes(mlp())
+    ctx = compile_model(str(src), str(out), embed=True)
+    other = [oh.make_node("Relu", ["a"], ["y"])]  # another model under the original's name
+    src.write_bytes(make_model(other, [tensor("a", T.FLOAT, [3, 4])], [tensor("y", T.FLOAT, [3, 4])]))
+    onnx.save(_with_attr(ctx, "ep_sdk_version", b"0.0.0-other"), str(out))
+    with pytest.raises(Exception, match=r"cannot be recompiled: in the original model .*'a' is not computed"):
+        session(str(out))
+    src.write_bytes(b"not a model")
+    with pytest.raises(Exception, match=r"cannot be recompiled: the original model .*m.onnx cannot be read"):
+        session(str(out))
+
+
+def test_context_nodes_carry_the_attributes_ort_defines(tmp_path, recording):
+    schemas = ort.capi._pybind_state.get_all_operator_schema()
+    (schema,) = [s for s in schemas if s.name == "EPContext" and s.domain == "com.microsoft"]
+    src, out = tmp_path / "m.onnx", tmp_path / "m_ctx.onnx"
+    src.write_bytes(mlp())
+    a = attrs(compile_model(str(src), str(out), embed=True).graph.node[0])
+    # All of ORT's that mean something for us (notes and max_size do not: ORT adds max_size's default).
+    assert set(a) - {"max_size"} == set(schema.attributes) - {"notes", "max_size"}
+    assert a["ep_sdk_version"] == migraphx_ep.__version__.encode() and a["onnx_model_filename"] == b"m.onnx"
+    so = ort.SessionOptions()
+    _routing._attach(so, [(EP, REF)])
+    compiler = ort.ModelCompiler(so, mlp(), embed_compiled_data_into_model=True)  # from bytes: no file name
+    compiler.compile_to_file(str(tmp_path / "b_ctx.onnx"))
+    assert "onnx_model_filename" not in attrs(onnx.load(str(tmp_path / "b_ctx.onnx")).graph.node[0])
 
 
 def test_bad_context_payloads_are_clear_errors(tmp_path, recording):
@@ -152,6 +250,38 @@ def test_bad_context_payloads_are_clear_errors(tmp_path, recording):
     blob.s = blob.s[:-7]  # truncated
     with pytest.raises(Exception, match=r"embedded program: .*truncated"):
         session(ctx.SerializeToString())
+
+
+def test_node_without_a_parser_stays_a_plain_onnx_node(tmp_path, recording, monkeypatch, capsys):
+    """NonZero has no parser (its output's size depends on the data): left to ORT's CPU EP, it stays in
+    the EPContext model as the original node, between our EPContext node and the model's outputs."""
+    w = nh.from_array(RNG.standard_normal((8, 6)).astype(np.float32), "w")
+    nodes = [
+        oh.make_node("MatMul", ["x", "w"], ["h"]),
+        oh.make_node("Relu", ["h"], ["r"]),
+        oh.make_node("Softmax", ["r"], ["y"], axis=-1),
+        oh.make_node("NonZero", ["r"], ["nz"], name="where_positive"),
+    ]
+    outputs = [tensor("y", T.FLOAT, [3, 6]), tensor("nz", T.INT64, [2, "n"])]
+    src, out = tmp_path / "m.onnx", tmp_path / "m_ctx.onnx"
+    src.write_bytes(make_model(nodes, [tensor("x", T.FLOAT, [3, 8])], outputs, [w]))
+    monkeypatch.setenv("ORT_MIGRAPHX_DUMP_MODEL_OPS", "1")
+    ctx = compile_model(str(src), str(out), embed=True)
+    assert "refused  NonZero (where_positive): no parser for ai.onnx::NonZero" in capsys.readouterr().out
+    context, plain = ctx.graph.node  # ORT orders them by dependency
+    assert (context.domain, context.op_type) == ("com.microsoft", "EPContext")
+    assert sorted(context.output) == ["r", "y"]  # r also feeds NonZero
+    original = onnx.load(str(src)).graph.node[3]
+    assert plain.SerializeToString() == original.SerializeToString()
+    assert [o.name for o in ctx.graph.output] == ["y", "nz"]
+
+    x = RNG.standard_normal((3, 8)).astype(np.float32)
+    want = session(str(src)).run(None, {"x": x})
+    got = session(str(out)).run(None, {"x": x})
+    assert recording.counts() == (0, 1)
+    for g, w_ in zip(got, want, strict=True):
+        assert g.dtype == w_.dtype
+        np.testing.assert_array_equal(g, w_)
 
 
 def test_int8_context_round_trip_and_table_mismatch(tmp_path, recording):

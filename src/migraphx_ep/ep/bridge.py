@@ -12,6 +12,8 @@ Backend protocol (default backend: the module ``migraphx_ep.ep.provider``; tests
     ep.set_session_config(session: dict[str, str])          # optional: the "ep.context_*" entries
     ep.allocator_settings() -> dict                         # optional: GPU allocator options
     ep.ep_context(compiled, fused_node_name) -> dict        # optional: writing EPContext models
+    ep.compatibility_info() -> str                          # optional: "" writes none
+    backend.validate_compatibility(info: bytes) -> int      # optional: OrtCompiledModelCompatibility
 
 Calls from ORT, all with the GIL held (the shell takes it; ``session.run`` itself releases it):
 
@@ -27,6 +29,11 @@ Calls from ORT, all with the GIL held (the shell takes it; ``session.run`` itsel
 - ``ep_context(ep, compiled, fused_node_name)``: OrtEp::Compile when ORT writes an EPContext model, once
   per fused node after ``compile``: ``{"name", "inputs", "outputs", "attributes": {name: int | str |
   bytes}}`` of the ``com.microsoft`` EPContext node that replaces it in that model.
+- ``compatibility_info(ep)``: OrtEp::GetCompiledModelCompatibilityInfo, once ORT has written an
+  EPContext model's nodes: the string it stores in that model's metadata ("" stores none).
+- ``validate_compatibility(info)``: OrtEpFactory::ValidateCompiledModelCompatibilityInfo (no EP: the
+  factory's), with the stored string's bytes as ORT passed them; returns an OrtCompiledModelCompatibility
+  value (EP_NOT_APPLICABLE when the backend has no opinion). Bad strings are a verdict, not an error.
 - ``run(compiled, inputs)``: OrtNodeComputeInfo::Compute, possibly from several threads at once.
   Inputs are read-only zero-copy views of ORT's tensors, valid only during the call: copy what you keep.
   Return one array per output (numpy scalars / 0-d and 0-size arrays are fine); dtypes must match.
@@ -148,6 +155,16 @@ def ep_context(ep: Any, compiled: Any, fused_node_name: str) -> dict:
     if not callable(fn):
         raise NotImplementedError(f"the EP backend {type(ep).__name__} cannot write EPContext nodes")
     return fn(compiled, fused_node_name)
+
+
+def compatibility_info(ep: Any) -> str:
+    fn = getattr(ep, "compatibility_info", None)
+    return str(fn()) if callable(fn) else ""
+
+
+def validate_compatibility(info: bytes) -> int:
+    fn = getattr(get_backend(), "validate_compatibility", None)
+    return int(fn(bytes(info))) if callable(fn) else 0  # 0: OrtCompiledModelCompatibility_EP_NOT_APPLICABLE
 
 
 def run(compiled: Any, inputs: list[np.ndarray]) -> list[np.ndarray]:

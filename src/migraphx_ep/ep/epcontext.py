@@ -5,8 +5,10 @@ becomes one EPContext node whose ``ep_cache_context`` holds the compiled program
 bytes (``embed_mode`` 1), or the name of that file beside the EPContext model (``embed_mode`` 0).
 Loading such a model, GetCapability claims the EPContext nodes whose ``source`` is this EP and Compile
 loads their program: nothing is parsed or compiled. The ``.mxr`` metadata records what the program was
-made for (package version, target, compile options, inputs); a node made for anything else is an error
-naming the difference, never run.
+made for (package version, target, compile options, inputs); a program made for anything else is never
+run: its partition is recompiled from the original model (``onnx_model_filename``, beside the EPContext
+model) with a warning, or, without it, the session fails with an error naming the difference.
+Before any of this ORT checks the model's compatibility string with the factory (``ep/compat.py``).
 
 A partition is written with exactly the programs it compiled at session creation, i.e. one for static
 input dims; symbolic dims, ``migraphx_max_dynamic_batch`` and value-specialised inputs compile at Run
@@ -16,27 +18,35 @@ and are refused with a message saying so.
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import re
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from .. import mxr
 from ..ir.program import Program
 from .bridge import elem_type_name
+from .compat import options_record, package_version, session_info
 from .compiled import CompiledSubgraph, ShapeKey
+from .epcontext_source import NotBeside, SourceUnavailable, beside_model, original_subgraph
 from .options import EpOptions
+
+log = logging.getLogger("migraphx_ep")
 
 EP_NAME = "MIGraphXExecutionProvider"
 CONTEXT_OP, CONTEXT_DOMAIN = "EPContext", "com.microsoft"
 RECORD_VERSION = 1
-# Options that do not change a ref-target program (they select or tune the GPU).
-_GPU_ONLY = ("device", "tf32", "tune")
 
 
 class EpContextError(ValueError):
     """An EPContext node this EP cannot write or run (the message names the node and the reason)."""
+
+
+class ContextMismatch(EpContextError):
+    """A readable program made for something else (package version, target, options): recompiling its
+    partition from the original model gives the right one."""
 
 
 def is_context_node(node: dict) -> bool:
@@ -45,19 +55,6 @@ def is_context_node(node: dict) -> bool:
 
 def is_our_context(node: dict) -> bool:
     return is_context_node(node) and node.get("attributes", {}).get("source") == EP_NAME
-
-
-def _version() -> str:
-    from .. import __version__
-
-    return str(__version__)
-
-
-def _options_record(options: EpOptions, target: str) -> dict[str, Any]:
-    """The compile options a program depends on; the resolved target is recorded on its own (``auto``
-    and ``ref`` give the same ref program), and GPU-only options do not matter to a ref program."""
-    key = {k: v for k, v in options.compile_key().items() if k != "target"}
-    return {k: v for k, v in key.items() if not (target == "ref" and k in _GPU_ONLY)}
 
 
 # -- writing ---------------------------------------------------------------------------------------
@@ -110,9 +107,9 @@ def context_node(
     values = compiled.graph.get("values", {})
     record = {
         "version": RECORD_VERSION,
-        "package_version": _version(),
+        "package_version": package_version(),
         "target": target,
-        "options": _options_record(options, target),
+        "options": options_record(options, target),
         "partition": partition,
         "inputs": inputs,
         "input_types": [values[n]["dtype"] for n in inputs],
@@ -130,21 +127,28 @@ def context_node(
                 f.write(data)
         except OSError as e:
             raise EpContextError(f"{partition}: cannot write {path}: {e.strerror or e}") from None
+    info = session_info(options, target)
+    attributes: dict[str, Any] = {
+        "main_context": 1,
+        "embed_mode": int(embed),
+        "ep_cache_context": payload,
+        "ep_sdk_version": package_version(),
+        "hardware_architecture": f"gpu:{info.arch}" if info.arch else target,
+        "partition_name": partition,
+        "source": EP_NAME,
+    }
+    model_path = compiled.graph.get("model_path", "")
+    if model_path:
+        # ORT's attribute for the original model: a file name, looked up beside the EPContext model to
+        # recompile a partition whose program cannot run (another version, options or target).
+        attributes["onnx_model_filename"] = os.path.basename(model_path)
+    # ORT matches EPContext nodes to fused nodes by name (a plugin EP cannot apply
+    # ep.context_node_name_prefix: ORT names the fused nodes).
     return {
-        # ORT matches EPContext nodes to fused nodes by name (a plugin EP cannot apply
-        # ep.context_node_name_prefix: ORT names the fused nodes).
         "name": partition,
         "inputs": inputs,
         "outputs": list(compiled.output_names),
-        "attributes": {
-            "main_context": 1,
-            "embed_mode": int(embed),
-            "ep_cache_context": payload,
-            "ep_sdk_version": _version(),
-            "hardware_architecture": target,
-            "partition_name": partition,
-            "source": EP_NAME,
-        },
+        "attributes": attributes,
     }
 
 
@@ -161,18 +165,10 @@ def _payload_file(node: dict, model_path: str, label: str) -> Iterator[tuple[str
         raise EpContextError(f"{label}: needs ep_cache_context and embed_mode 0 or 1 (got {embed!r})")
     data = blob.encode("utf-8", "surrogateescape") if isinstance(blob, str) else bytes(blob)
     if embed == 0:
-        name = data.decode("utf-8", "replace")
-        # Only a file beside the model (or below it): a model must not make us read any path it likes.
-        if os.path.isabs(name) or ".." in re.split(r"[\\/]", name) or not name:
-            raise EpContextError(
-                f"{label}: ep_cache_context {name!r} must be a relative path inside the model's directory"
-            )
-        if not model_path:
-            raise EpContextError(
-                f"{label}: the program is in {name!r} beside the model, but the model was "
-                "loaded from bytes, so its directory is unknown: load it from its file"
-            )
-        path = os.path.join(os.path.dirname(os.path.abspath(model_path)), name)
+        try:
+            path = beside_model(model_path, data.decode("utf-8", "replace"))
+        except NotBeside as e:
+            raise EpContextError(f"{label}: ep_cache_context {e}") from None
         yield path, path
         return
     fd, tmp = tempfile.mkstemp(suffix=".mxr")
@@ -191,11 +187,11 @@ def _mismatches(record: Any, options: EpOptions, target: str) -> list[str]:
     if lacking:
         return [f"its EPContext record lacks {', '.join(lacking)}"]
     found: list[str] = []
-    if record.get("package_version") != _version():
-        found.append(f"made by migraphx-ep {record.get('package_version')}, this is {_version()}")
+    if record.get("package_version") != package_version():
+        found.append(f"made by migraphx-ep {record.get('package_version')}, this is {package_version()}")
     if record.get("target") != target:
         found.append(f"compiled for target {record.get('target')!r}, this session's target is {target!r}")
-    want, have = record["options"], _options_record(options, target)
+    want, have = record["options"], options_record(options, target)
     for k in sorted(set(want) | set(have)):
         if want.get(k) != have.get(k):
             found.append(f"compiled with option {k}={want.get(k)!r}, this session has {k}={have.get(k)!r}")
@@ -204,12 +200,14 @@ def _mismatches(record: Any, options: EpOptions, target: str) -> list[str]:
 
 def _check_io(graph: dict, record: dict, label: str) -> None:
     inputs, outputs = list(graph["inputs"]), list(graph["outputs"])
-    if inputs != record["inputs"] or outputs != record["outputs"]:
+    # ORT lists a fused node's inputs and outputs in its own order, which need not be the EPContext
+    # node's (nor the one the program was compiled with): the same names in any order are fine.
+    if sorted(inputs) != sorted(record["inputs"]) or sorted(outputs) != sorted(record["outputs"]):
         raise EpContextError(
             f"{label}: inputs {inputs} / outputs {outputs} differ from those its program was compiled "
             f"for ({record['inputs']} / {record['outputs']})"
         )
-    for n, t in zip(inputs, record["input_types"], strict=True):
+    for n, t in zip(record["inputs"], record["input_types"], strict=True):
         have = graph.get("values", {}).get(n, {}).get("dtype")
         if have != t:
             raise EpContextError(
@@ -217,26 +215,70 @@ def _check_io(graph: dict, record: dict, label: str) -> None:
             )
 
 
-def load_context(graph: dict, name: str, options: EpOptions, target: str) -> CompiledSubgraph:
+class _Reordered(CompiledSubgraph):
+    """A loaded program whose outputs the fused node lists in another order: results are handed back in
+    the fused node's order. (Inputs need nothing: programs take them by name.) The shell's native Run
+    path would copy outputs in the program's order, so it is not offered."""
+
+    def __init__(self, order: list[int], *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.order = order  # fused node output i is program output order[i]
+
+    def run(self, inputs: list[Any]) -> list[Any]:
+        outs = super().run(inputs)
+        return [outs[i] for i in self.order]
+
+    def native_plan(self, inputs: list[Any]) -> None:
+        return None
+
+
+def load_context(
+    graph: dict,
+    name: str,
+    options: EpOptions,
+    target: str,
+    recompile: Callable[[dict], CompiledSubgraph] | None = None,
+) -> CompiledSubgraph:
     """A CompiledSubgraph running the EPContext node of ``graph`` (its only node), compiling nothing.
-    What the program was made for is checked from the file's metadata before the program is loaded."""
+    What the program was made for is checked from the file's metadata before the program is loaded.
+    A program made for something else is not run: ``recompile`` compiles the partition's nodes taken
+    from the original model (a graph dict as Compile gets one) when that model is beside this one."""
     node = graph["nodes"][0]
     label = f"EPContext node {node.get('name', '')!r}"
-    attrs = node.get("attributes", {})
-    if attrs.get("ep_sdk_version", _version()) != _version():
+    try:
+        return _load(graph, name, options, target, label)
+    except ContextMismatch as e:
+        problem = str(e)
+    try:
+        if recompile is None:
+            raise SourceUnavailable("this backend cannot recompile it")
+        source = original_subgraph(graph)
+    except SourceUnavailable as e:
         raise EpContextError(
-            f"{label} was made by migraphx-ep {attrs['ep_sdk_version']}, this is {_version()}: "
-            "compile the original model again"
-        )
-    with _payload_file(node, graph.get("model_path", ""), label) as (path, where):
+            f"{label} cannot run here: {problem}. It cannot be recompiled: {e}. Compile the original "
+            "model again with this session's options, or load that model instead"
+        ) from None
+    log.warning(
+        "%s: %s cannot run here: %s; recompiling its partition from the original model %s (compile that "
+        "model again to load without compiling)",
+        EP_NAME,
+        label,
+        problem,
+        source["model_path"],
+    )
+    return recompile(source)
+
+
+def _load(graph: dict, name: str, options: EpOptions, target: str, label: str) -> CompiledSubgraph:
+    attrs = graph["nodes"][0].get("attributes", {})
+    if attrs.get("ep_sdk_version", package_version()) != package_version():
+        raise ContextMismatch(f"made by migraphx-ep {attrs['ep_sdk_version']}, this is {package_version()}")
+    with _payload_file(graph["nodes"][0], graph.get("model_path", ""), label) as (path, where):
         try:
             record = mxr.read_metadata(path).get("epcontext")
             problems = _mismatches(record, options, target)
             if problems:
-                raise EpContextError(
-                    f"{label} ({where}) cannot run here: " + "; ".join(problems) + ". Compile the "
-                    "original model again with this session's options, or load that model instead"
-                )
+                raise ContextMismatch(f"{'; '.join(problems)} ({where})")
             _check_io(graph, record, label)
             prog = mxr.load_file(path).program
         except mxr.MxrError as e:
@@ -245,8 +287,12 @@ def load_context(graph: dict, name: str, options: EpOptions, target: str) -> Com
             raise EpContextError(f"{label}: {problem}") from None
     if prog is None or not prog.is_compiled():
         raise EpContextError(f"{label} ({where}) holds no compiled program")
-    key: ShapeKey = tuple(tuple(d) for d in record["input_dims"])
-    return CompiledSubgraph(graph, name, options, _no_compile, None, target, programs={key: prog})
+    dims = dict(zip(record["inputs"], record["input_dims"], strict=True))
+    key: ShapeKey = tuple(tuple(dims[n]) for n in graph["inputs"])
+    if list(graph["outputs"]) == record["outputs"]:
+        return CompiledSubgraph(graph, name, options, _no_compile, None, target, programs={key: prog})
+    order = [record["outputs"].index(n) for n in graph["outputs"]]
+    return _Reordered(order, graph, name, options, _no_compile, None, target, programs={key: prog})
 
 
 def _no_compile(*_: Any) -> None:  # pragma: no cover - a context subgraph never compiles

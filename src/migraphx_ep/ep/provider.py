@@ -17,6 +17,7 @@ from ..targets import TargetError, get_target
 from ..timing import stage
 from .cache import ProgramStore
 from .calibration import load_table, quantize_with_table
+from .compat import session_info, validate
 from .compiled import CompiledSubgraph
 from .epcontext import context_node, is_context_node, is_our_context, load_context
 from .options import EpOptions, OptionError, parse_options
@@ -69,6 +70,7 @@ class MIGraphXEp:
         self.fused_graphs: dict[str, dict] = {}
         self._refusals = RefusalSummary()
         self.session: dict[str, str] = {}  # "ep.context_*" session entries (EPContext model writing)
+        self.contexts_written = 0  # EPContext nodes handed to ORT (then a compatibility string too)
 
     def set_session_config(self, session: dict[str, str]) -> None:
         self.session = dict(session)
@@ -166,20 +168,36 @@ class MIGraphXEp:
 
     def compile(self, graph: dict, fused_node_name: str) -> CompiledSubgraph:
         if len(graph["nodes"]) == 1 and is_our_context(graph["nodes"][0]):
-            c = load_context(graph, fused_node_name, self.options, self.target_name)
-            self.compiled.append(c)
-            return c
-        graph = expand_fused(graph, self.fused_graphs)
-        self.fused_graphs[fused_node_name] = graph
-        c = CompiledSubgraph(
-            graph, fused_node_name, self.options, self.compile_program, self.store, self.target_name
-        )
+            # A program made for something else is recompiled from the original model's partition.
+            c = load_context(
+                graph,
+                fused_node_name,
+                self.options,
+                self.target_name,
+                lambda source: self._compile_graph(source, fused_node_name),
+            )
+        else:
+            c = self._compile_graph(graph, fused_node_name)
         self.compiled.append(c)
         return c
 
+    def _compile_graph(self, graph: dict, fused_node_name: str) -> CompiledSubgraph:
+        graph = expand_fused(graph, self.fused_graphs)
+        self.fused_graphs[fused_node_name] = graph
+        return CompiledSubgraph(
+            graph, fused_node_name, self.options, self.compile_program, self.store, self.target_name
+        )
+
     def ep_context(self, compiled: CompiledSubgraph, fused_node_name: str) -> dict:
         """The EPContext node replacing ``compiled`` in the model ORT is writing (ModelCompiler)."""
-        return context_node(compiled, fused_node_name, self.options, self.target_name, self.session)
+        node = context_node(compiled, fused_node_name, self.options, self.target_name, self.session)
+        self.contexts_written += 1
+        return node
+
+    def compatibility_info(self) -> str:
+        """The string ORT stores in the EPContext model this session wrote (ep/compat.py); none when it
+        holds no node of ours, so ORT asks nothing of us when loading it."""
+        return str(session_info(self.options, self.target_name)) if self.contexts_written else ""
 
 
 class RefusalSummary:
@@ -220,3 +238,8 @@ class RefusalSummary:
 
 def create_ep(options: dict[str, str]) -> MIGraphXEp:
     return MIGraphXEp(options)
+
+
+def validate_compatibility(info: bytes) -> int:
+    """The factory's verdict on a compiled model's compatibility string (an OrtCompiledModelCompatibility)."""
+    return int(validate(info))
