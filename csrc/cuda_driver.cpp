@@ -50,6 +50,18 @@ Loaded load() {
          bind(lib, "cuMemcpyDtoD_v2", d.memcpy_dtod, l.why) &&
          bind(lib, "cuCtxSynchronize", d.ctx_synchronize, l.why) &&
          bind(lib, "cuPointerGetAttribute", d.pointer_get_attribute, l.why);
+  // Optional (CUDA 11.4+): all or none, so can_build_graphs() means every one is there.
+  std::string no_graphs;
+  if (!(bind(lib, "cuGraphCreate", d.graph_create, no_graphs) &&
+        bind(lib, "cuGraphAddMemcpyNode", d.graph_add_memcpy_node, no_graphs) &&
+        bind(lib, "cuGraphAddChildGraphNode", d.graph_add_child_graph_node, no_graphs) &&
+        bind(lib, "cuGraphInstantiateWithFlags", d.graph_instantiate, no_graphs) &&
+        bind(lib, "cuGraphExecMemcpyNodeSetParams", d.graph_exec_memcpy_node_set_params, no_graphs) &&
+        bind(lib, "cuGraphExecDestroy", d.graph_exec_destroy, no_graphs) &&
+        bind(lib, "cuGraphDestroy", d.graph_destroy, no_graphs))) {
+    d.graph_create = nullptr;
+    d.graph_destroy = nullptr;
+  }
   return l;
 }
 

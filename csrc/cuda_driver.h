@@ -13,6 +13,25 @@ using CuResult = int;  // CUresult: 0 is CUDA_SUCCESS
 using CuDevicePtr = unsigned long long;
 using CuHandle = void*;  // CUcontext, CUstream, CUgraphExec: opaque pointers
 
+// cuda.h's CUDA_MEMCPY3D, field for field (the IO graph's memcpy nodes: 1-D device copies only).
+struct CuMemcpy3D {
+  size_t srcXInBytes, srcY, srcZ, srcLOD;
+  int srcMemoryType;  // CUmemorytype: 2 is device
+  const void* srcHost;
+  CuDevicePtr srcDevice;
+  void* srcArray;
+  void* reserved0;
+  size_t srcPitch, srcHeight;
+  size_t dstXInBytes, dstY, dstZ, dstLOD;
+  int dstMemoryType;
+  void* dstHost;
+  CuDevicePtr dstDevice;
+  void* dstArray;
+  void* reserved1;
+  size_t dstPitch, dstHeight;
+  size_t WidthInBytes, Height, Depth;
+};
+
 struct CudaDriver {
   CuResult (*ctx_set_current)(CuHandle ctx) = nullptr;
   CuResult (*memcpy_htod_async)(CuDevicePtr dst, const void* src, size_t bytes, CuHandle stream) = nullptr;
@@ -34,6 +53,18 @@ struct CudaDriver {
   CuResult (*memcpy_dtod)(CuDevicePtr dst, CuDevicePtr src, size_t bytes) = nullptr;
   CuResult (*ctx_synchronize)() = nullptr;
   CuResult (*pointer_get_attribute)(void* data, int attribute, CuDevicePtr ptr) = nullptr;
+  // Graph building (the native path's IO graph); optional: without them the copies are issued one by one.
+  CuResult (*graph_create)(CuHandle* graph, unsigned flags) = nullptr;
+  CuResult (*graph_add_memcpy_node)(CuHandle* node, CuHandle graph, const CuHandle* deps, size_t n_deps,
+                                    const CuMemcpy3D* params, CuHandle ctx) = nullptr;
+  CuResult (*graph_add_child_graph_node)(CuHandle* node, CuHandle graph, const CuHandle* deps, size_t n_deps,
+                                         CuHandle child) = nullptr;
+  CuResult (*graph_instantiate)(CuHandle* exec, CuHandle graph, unsigned long long flags) = nullptr;
+  CuResult (*graph_exec_memcpy_node_set_params)(CuHandle exec, CuHandle node, const CuMemcpy3D* params,
+                                                CuHandle ctx) = nullptr;
+  CuResult (*graph_exec_destroy)(CuHandle exec) = nullptr;
+  CuResult (*graph_destroy)(CuHandle graph) = nullptr;
+  bool can_build_graphs() const noexcept { return graph_create != nullptr && graph_destroy != nullptr; }
 
   // Throws OrtError naming `what` and the driver's message when `r` is an error.
   void check(CuResult r, const char* what) const;

@@ -44,6 +44,7 @@ std::shared_ptr<NativeContext> parse_context(py::handle obj) {
   auto c = std::make_shared<NativeContext>();
   c->stream = handle_of<void>(d["stream"]);
   c->graph = handle_of<void>(d["graph"]);
+  if (d.contains("graph_template")) c->graph_template = handle_of<void>(d["graph_template"]);
   c->inputs = d["inputs"].cast<std::vector<CuDevicePtr>>();
   c->outputs = d["outputs"].cast<std::vector<CuDevicePtr>>();
   py::tuple errors = d["errors"];
@@ -103,7 +104,10 @@ void NativePlans::abandon() noexcept {
   for (auto& kv : plans_) {
     kv.second->owner.release();  // leak references: Python is going away
     kv.second->grow.release();
-    for (auto& c : kv.second->contexts) c->lock.reset();
+    for (auto& c : kv.second->contexts) {
+      c->lock.reset();
+      c->io.release();  // the driver may be shutting down too: never call it from here
+    }
   }
   plans_.clear();
 }
@@ -222,6 +226,116 @@ std::shared_ptr<NativeContext> acquire_context(const NativePlan& plan) {
 
 }  // namespace
 
+IoGraph::~IoGraph() {
+  const CudaDriver* cuda = cuda_driver();
+  if (cuda == nullptr || !cuda->can_build_graphs()) return;
+  if (exec != nullptr) cuda->graph_exec_destroy(exec);
+  if (graph != nullptr) cuda->graph_destroy(graph);
+}
+
+namespace {
+
+CuMemcpy3D device_copy(CuDevicePtr dst, CuDevicePtr src, size_t n) {
+  CuMemcpy3D p{};
+  p.srcMemoryType = p.dstMemoryType = 2;  // CU_MEMORYTYPE_DEVICE
+  p.srcDevice = src;
+  p.dstDevice = dst;
+  p.srcPitch = p.dstPitch = p.WidthInBytes = n;
+  p.srcHeight = p.dstHeight = p.Height = p.Depth = 1;
+  return p;
+}
+
+std::atomic<uint64_t> io_graph_launches{0};  // tests read it: proof that the one-launch path ran
+
+bool io_graphs_enabled() noexcept {
+  const char* v = std::getenv("MIGRAPHX_EP_IO_GRAPH");
+  return v == nullptr || (std::strcmp(v, "0") != 0 && std::strcmp(v, "") != 0);
+}
+
+// The IO graph of `c` for these addresses: built at the first call, its copy nodes re-pointed where an
+// address changed. False when there is none to launch (the caller then issues the copies one by one):
+// host memory on either side, no captured graph, a driver without graph building, or a build/update the
+// driver refused (then never tried again on this context: the fallback is always right).
+bool launch_io_graph(const CudaDriver& cuda, const NativePlan& plan, const NativeContext& c,
+                     const std::vector<Place>& src, const std::vector<Place>& dst) {
+  if (c.io_off || c.graph == nullptr || c.graph_template == nullptr || !cuda.can_build_graphs()) return false;
+  for (const Place& p : src) {
+    if (p.ptr != nullptr && !p.device) return false;
+  }
+  for (size_t i = 0; i < dst.size(); ++i) {
+    if (dst[i].ptr != nullptr && !plan.outputs[i].is_constant && !dst[i].device) return false;
+  }
+  auto addr = [](const Place& p) { return reinterpret_cast<CuDevicePtr>(p.ptr); };
+  // A graph node would copy from an address it does not validate the way a memcpy call does: an address
+  // that is new to the graph must be device memory (else the one-by-one copies report it, by name).
+  auto known = [&](const std::vector<CuDevicePtr>* was, size_t i, const Place& p) {
+    return (was != nullptr && (*was)[i] == addr(p)) || cuda.memory_type(addr(p)) == 2;
+  };
+  for (size_t i = 0; i < src.size(); ++i) {
+    if (src[i].ptr != nullptr && !known(c.io ? &c.io->in_src : nullptr, i, src[i])) return false;
+  }
+  for (size_t i = 0; i < dst.size(); ++i) {
+    if (dst[i].ptr != nullptr && !plan.outputs[i].is_constant && !known(c.io ? &c.io->out_dst : nullptr, i, dst[i])) {
+      return false;
+    }
+  }
+  if (c.io == nullptr) {
+    auto io = std::make_unique<IoGraph>();
+    bool ok = cuda.graph_create(&io->graph, 0) == 0;
+    io->in_nodes.assign(src.size(), nullptr);
+    io->in_src.assign(src.size(), 0);
+    std::vector<CuHandle> ins;
+    for (size_t i = 0; ok && i < src.size(); ++i) {
+      if (src[i].ptr == nullptr) continue;
+      const CuMemcpy3D p = device_copy(c.inputs[i], addr(src[i]), plan.input_bytes[i]);
+      ok = cuda.graph_add_memcpy_node(&io->in_nodes[i], io->graph, nullptr, 0, &p, plan.context) == 0;
+      io->in_src[i] = addr(src[i]);
+      ins.push_back(io->in_nodes[i]);
+    }
+    CuHandle body = nullptr;
+    ok = ok && cuda.graph_add_child_graph_node(&body, io->graph, ins.data(), ins.size(), c.graph_template) == 0;
+    io->out_nodes.assign(dst.size(), nullptr);
+    io->out_dst.assign(dst.size(), 0);
+    for (size_t i = 0; ok && i < dst.size(); ++i) {
+      if (dst[i].ptr == nullptr || plan.outputs[i].is_constant) continue;
+      const CuMemcpy3D p = device_copy(addr(dst[i]), c.outputs[i], plan.outputs[i].nbytes);
+      ok = cuda.graph_add_memcpy_node(&io->out_nodes[i], io->graph, &body, 1, &p, plan.context) == 0;
+      io->out_dst[i] = addr(dst[i]);
+    }
+    ok = ok && cuda.graph_instantiate(&io->exec, io->graph, 0) == 0;
+    if (!ok) {
+      c.io_off = true;  // ~IoGraph frees what was made
+      return false;
+    }
+    c.io = std::move(io);
+  } else {
+    IoGraph& io = *c.io;
+    bool ok = true;
+    for (size_t i = 0; ok && i < src.size(); ++i) {
+      if (io.in_nodes[i] == nullptr || addr(src[i]) == io.in_src[i]) continue;
+      const CuMemcpy3D p = device_copy(c.inputs[i], addr(src[i]), plan.input_bytes[i]);
+      ok = cuda.graph_exec_memcpy_node_set_params(io.exec, io.in_nodes[i], &p, plan.context) == 0;
+      io.in_src[i] = addr(src[i]);
+    }
+    for (size_t i = 0; ok && i < dst.size(); ++i) {
+      if (io.out_nodes[i] == nullptr || addr(dst[i]) == io.out_dst[i]) continue;
+      const CuMemcpy3D p = device_copy(addr(dst[i]), c.outputs[i], plan.outputs[i].nbytes);
+      ok = cuda.graph_exec_memcpy_node_set_params(io.exec, io.out_nodes[i], &p, plan.context) == 0;
+      io.out_dst[i] = addr(dst[i]);
+    }
+    if (!ok) {
+      c.io_off = true;
+      c.io.reset();
+      return false;
+    }
+  }
+  cuda.check(cuda.graph_launch(c.io->exec, c.stream), "cuGraphLaunch");
+  io_graph_launches.fetch_add(1, std::memory_order_relaxed);
+  return true;
+}
+
+}  // namespace
+
 bool run_native(const CudaDriver& cuda, const NativePlan& plan, OrtKernelContext* ctx, const std::string& label) {
   const OrtApi& ort = *api().ort;
   // Outputs first: ORT allocates them before any device work, so a failure here leaves the device alone.
@@ -252,7 +366,9 @@ bool run_native(const CudaDriver& cuda, const NativePlan& plan, OrtKernelContext
   std::lock_guard<std::mutex> run(c.lock->mutex, std::adopt_lock);
   // ORT may call from any thread; the primary context must be current on this one.
   cuda.check(cuda.ctx_set_current(plan.context), "cuCtxSetCurrent");
-  for (size_t i = 0; i < src.size(); ++i) {
+  // Device memory on both sides: the copies and the program in one launch (the IO graph).
+  const bool one_launch = io_graphs_enabled() && launch_io_graph(cuda, plan, c, src, dst);
+  for (size_t i = 0; i < src.size() && !one_launch; ++i) {
     const Place& p = src[i];
     if (p.ptr == nullptr) continue;
     const size_t n = plan.input_bytes[i];
@@ -263,11 +379,11 @@ bool run_native(const CudaDriver& cuda, const NativePlan& plan, OrtKernelContext
       cuda.check(cuda.memcpy_htod_async(c.inputs[i], p.ptr, n, c.stream), "cuMemcpyHtoDAsync");
     }
   }
-  if (c.graph != nullptr) cuda.check(cuda.graph_launch(c.graph, c.stream), "cuGraphLaunch");
+  if (c.graph != nullptr && !one_launch) cuda.check(cuda.graph_launch(c.graph, c.stream), "cuGraphLaunch");
   for (size_t i = 0; i < dst.size(); ++i) {
     const NativeOutput& o = plan.outputs[i];
     const Place& p = dst[i];
-    if (p.ptr == nullptr) continue;
+    if (p.ptr == nullptr || (one_launch && !o.is_constant)) continue;
     const auto d = reinterpret_cast<CuDevicePtr>(p.ptr);
     if (o.is_constant && p.device) {
       check_copy(cuda, cuda.memcpy_htod_async(d, o.constant.data(), o.nbytes, c.stream), "cuMemcpyHtoDAsync",
@@ -308,6 +424,9 @@ void register_native(py::module_& m) {
              l.mutex.lock();
            })
       .def("__exit__", [](RunLock& l, const py::args&) { l.mutex.unlock(); });
+  m.def(
+      "io_graph_launches", [] { return io_graph_launches.load(); },
+      "Native Runs whose copies and program went out as one graph launch (MIGRAPHX_EP_IO_GRAPH=0: none)");
   m.def(
       "cuda_driver_status",
       [] {

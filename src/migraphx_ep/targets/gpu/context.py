@@ -105,6 +105,7 @@ class RunContext:
         return {
             "stream": self.stream.handle,
             "graph": self.graph.exec_handle if self.graph is not None else 0,  # 0: nothing to launch
+            "graph_template": self.graph.graph_handle if self.graph is not None else 0,
             "inputs": [where.get(n, 0) for n in input_names],
             "outputs": [0 if isinstance(o, np.ndarray) else o[0] for o in self.outputs],
             "errors": (slots.ctypes.data if slots.size else 0, int(slots.size)),

@@ -360,6 +360,11 @@ class Graph:
         """The CUgraphExec's address, for the shell's native Run path."""
         return int(self._exec)
 
+    @property
+    def graph_handle(self) -> int:
+        """The captured CUgraph's address: the shell embeds it between its input and output copies."""
+        return int(self._graph)
+
     def __del__(self) -> None:
         try:
             cu.cuGraphExecDestroy(self._exec)
