@@ -5,6 +5,9 @@ on and off (``MIGRAPHX_EP_NATIVE_RUN``), measured in one process on the same inp
         [--batch N] [--json OUT.jsonl] [--threads 4]
 
 ``--threads N`` measures one session's throughput from N threads against one thread instead.
+``--iobinding`` measures one session with inputs and outputs bound in GPU memory, against its own graph
+replay, with the native path's IO graph on and off (``MIGRAPHX_EP_IO_GRAPH`` is read per Run), in
+interleaved blocks so clock drift hits both alike.
 
 A name without ``.onnx`` is one of ``migraphx_ep.testing``'s light models (real-size, random weights).
 Symbolic dims are set to ``--batch`` (first dim) and ``--seq`` (others).
@@ -84,6 +87,50 @@ def measure(name: str, fp16: bool, runs: int, batch: int, seq: int) -> dict:
     return row
 
 
+def iobinding(name: str, fp16: bool, batch: int, seq: int, blocks: int = 20, per_block: int = 30) -> dict:
+    model = _model(name)
+    feeds = _feeds(model, batch, seq)
+    options = {"migraphx_target": "gpu", "migraphx_fp16_enable": "1" if fp16 else "0"}
+    with capture_compiled() as compiled:
+        sess = ort.InferenceSession(
+            model.SerializeToString(), providers=[(EP, options), "CPUExecutionProvider"]
+        )
+    io = sess.io_binding()
+    for k, v in feeds.items():
+        io.bind_ortvalue_input(k, ort.OrtValue.ortvalue_from_numpy(v, "cuda", 0))
+    for o in sess.get_outputs():
+        io.bind_output(o.name, "cuda")
+    sess.run_with_iobinding(io)  # compiles; the native path takes every later Run
+    ctx = next(p._exe for c in compiled for p in c.programs.values()).contexts[0]
+
+    def replay() -> None:
+        ctx.graph.launch(ctx.stream.handle)
+        ctx.stream.sync()
+
+    blocks_ms: dict[str, list[float]] = {"io_graph": [], "one_by_one": [], "replay": []}
+    saved = os.environ.get("MIGRAPHX_EP_IO_GRAPH")
+    try:
+        for _ in range(blocks):
+            for key, flag in (("io_graph", "1"), ("one_by_one", "0")):
+                os.environ["MIGRAPHX_EP_IO_GRAPH"] = flag
+                blocks_ms[key].append(_median_ms(lambda: sess.run_with_iobinding(io), per_block))
+            blocks_ms["replay"].append(_median_ms(replay, per_block))
+    finally:
+        os.environ.pop("MIGRAPHX_EP_IO_GRAPH") if saved is None else os.environ.update(
+            MIGRAPHX_EP_IO_GRAPH=saved
+        )
+    ms = {k: float(np.median(v)) for k, v in blocks_ms.items()}
+    row = {
+        "model": os.path.basename(name),
+        "fp16": fp16,
+        "batch": batch,
+        **{f"{k}_ms": v for k, v in ms.items()},
+    }
+    row["overhead_us_io_graph"] = (ms["io_graph"] - ms["replay"]) * 1e3
+    row["overhead_us_one_by_one"] = (ms["one_by_one"] - ms["replay"]) * 1e3
+    return row
+
+
 def threads(name: str, fp16: bool, n_threads: int, seconds: float, batch: int, seq: int) -> dict:
     """Runs per second of one session from 1 thread and from ``n_threads`` threads (numpy I/O), and
     whether every thread's outputs equal the single-threaded ones."""
@@ -126,9 +173,12 @@ def main() -> None:
     ap.add_argument("--seq", type=int, default=128)
     ap.add_argument("--json", help="append one JSON row per model here")
     ap.add_argument("--threads", type=int, default=0, help="measure throughput from N threads instead")
+    ap.add_argument("--iobinding", action="store_true", help="GPU-bound I/O, IO graph on/off, vs replay")
     a = ap.parse_args()
     for name in a.models:
-        if a.threads:
+        if a.iobinding:
+            row = iobinding(name, a.fp16, a.batch, a.seq)
+        elif a.threads:
             row = threads(name, a.fp16, a.threads, 3.0, a.batch, a.seq)
         else:
             row = measure(name, a.fp16, a.runs, a.batch, a.seq)
