@@ -116,9 +116,10 @@ def iobinding(name: str, fp16: bool, batch: int, seq: int, blocks: int = 20, per
                 blocks_ms[key].append(_median_ms(lambda: sess.run_with_iobinding(io), per_block))
             blocks_ms["replay"].append(_median_ms(replay, per_block))
     finally:
-        os.environ.pop("MIGRAPHX_EP_IO_GRAPH") if saved is None else os.environ.update(
-            MIGRAPHX_EP_IO_GRAPH=saved
-        )
+        if saved is None:
+            os.environ.pop("MIGRAPHX_EP_IO_GRAPH", None)
+        else:
+            os.environ["MIGRAPHX_EP_IO_GRAPH"] = saved
     ms = {k: float(np.median(v)) for k, v in blocks_ms.items()}
     row = {
         "model": os.path.basename(name),
