@@ -117,7 +117,11 @@ def test_external_alloc_needs_free():
 
 
 def test_session_cycles_leave_device_memory_flat():
+    import os
+
     from cuda.bindings import driver as cu
+
+    from migraphx_ep.targets.gpu import cuda
 
     blob = _mlp()
     x = np.ones((8, 64), np.float32)
@@ -129,11 +133,13 @@ def test_session_cycles_leave_device_memory_flat():
         gc.collect()
 
     cycle()
-    free0 = cu.cuMemGetInfo()[1]
+    free0, live0 = cu.cuMemGetInfo()[1], cuda.live_bytes()
     for _ in range(30):
         cycle()
-    free1 = cu.cuMemGetInfo()[1]
-    assert free0 - free1 < 32 << 20, (free0, free1)
+    free1, live1 = cu.cuMemGetInfo()[1], cuda.live_bytes()
+    assert live1 - live0 < 1 << 20, (live0, live1)  # what this process's programs hold
+    if not os.environ.get("PYTEST_XDIST_WORKER"):  # the device's free memory also moves with other workers
+        assert free0 - free1 < 32 << 20, (free0, free1)
 
 
 @pytest.mark.parametrize("io_graph", ["1", "0"])

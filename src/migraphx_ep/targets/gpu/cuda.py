@@ -145,6 +145,16 @@ class Device:
         return f"Device({self.id}, {self.name!r}, {self.arch})"
 
 
+_live = [0]  # bytes of DeviceBuffers not yet freed, in this process (``live_bytes``)
+_live_lock = threading.Lock()
+
+
+def live_bytes() -> int:
+    """Device memory this process's programs hold (arenas, weights, workspaces): unlike the device's free
+    memory, other processes on the GPU do not move it, so leak tests can read it."""
+    return _live[0]
+
+
 class DeviceBuffer:
     """Device memory that frees itself; ``ptr`` is the address as an int."""
 
@@ -158,6 +168,8 @@ class DeviceBuffer:
                 self.ptr = int(check(cu.cuMemAlloc(self.nbytes), "cuMemAlloc"))
             except CudaError as e:
                 raise CudaError(f"{e} (asked for {self.nbytes} bytes)") from None
+            with _live_lock:
+                _live[0] += self.nbytes
 
     def free(self) -> None:
         if self.ptr:
@@ -165,6 +177,8 @@ class DeviceBuffer:
                 cu.cuMemFree(self.ptr)
             finally:
                 self.ptr = 0
+                with _live_lock:
+                    _live[0] -= self.nbytes
 
     def __del__(self) -> None:
         try:
