@@ -1,0 +1,109 @@
+"""Device pieces of the quantised GEMM/convolution lowering (``targets/gpu/quant.py``).
+
+* ``FP8_HEADER``: fp8 E4M3 bytes to float in software, exact for every code (NaN stays NaN), so the
+  generated GEMM and convolution take fp8 operands on any GPU. Products of two E4M3 values have at most
+  8 significant bits, so a float fma adds each one exactly and only the running sums round: the ref's
+  float32 matmul up to summation order. fp8 has no storage type in the prelude (``c_type``), so the
+  kernels here read it as raw ``u8`` and decode where they load.
+  ``mx_to_e4m3fn`` is the way back: float to E4M3FN rounded to nearest even, as ml_dtypes' ``astype``
+  (a magnitude rounding past 448 is NaN, or 448 when saturating); ``quantize_fp8_kernel`` uses it.
+* ``im2col_kernel``: a convolution's windows as the rows of a K-major matrix (``ops.quant.Im2col``),
+  the A operand of quant_convolution run as one quant_dot-style GEMM.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+from ....ir.dtypes import DType
+from ....ir.operation import Op
+from ....ir.shape import Shape
+from .data import index_kernel, raw_type
+from .prelude import PRELUDE, c_type, decompose, offset
+from .spec import KernelSpec, Unsupported
+
+# E4M3FN (OCP): bias 7, no infinity, NaN = S.1111.111. E4M3FNUZ: bias 8, 0x80 is the only NaN, no -0.
+FP8_HEADER = r"""
+MX_DEV float mx_e4m3fn(u8 v) {
+  const u32 s = (u32)(v & 0x80u) << 24, e = (v >> 3) & 15u, m = v & 7u;
+  if (e == 15u && m == 7u) return __int_as_float((int)(s | 0x7fc00000u));
+  if (e == 0u) { const float f = (float)m * 0.001953125f; return s ? -f : f; }  // m * 2^-9
+  return __int_as_float((int)(s | ((e + 120u) << 23) | (m << 20)));
+}
+MX_DEV float mx_e4m3fnuz(u8 v) {
+  if (v == 0x80u) return __int_as_float(0x7fc00000);
+  const u32 s = (u32)(v & 0x80u) << 24, e = (v >> 3) & 15u, m = v & 7u;
+  if (e == 0u) { const float f = (float)m * 0.0009765625f; return s ? -f : f; }  // m * 2^-10
+  return __int_as_float((int)(s | ((e + 119u) << 23) | (m << 20)));
+}
+MX_DEV u8 mx_to_e4m3fn(float f, bool saturate) {
+  const u32 b = __float_as_uint(f), s = (b >> 24) & 0x80u, a = b & 0x7fffffffu;
+  if (a > 0x7f800000u) return (u8)(s | 0x7fu);  // NaN
+  // Past 448 (0x43e00000) up to 464 (the tie with 480, which E4M3FN spends on NaN) rounds to 448.
+  if (a > 0x43e00000u) return (u8)(s | ((saturate || a <= 0x43e80000u) ? 0x7eu : 0x7fu));
+  if (a < 0x3c800000u) return (u8)(s | (u32)rintf(__uint_as_float(a) * 512.0f));  // subnormal: 2^-9 units
+  const u32 r = (a + 0x7ffffu + ((a >> 20) & 1u)) >> 20;  // 3 mantissa bits, ties to even
+  return (u8)(s | (r - (120u << 3)));  // exponent bias 127 -> 7
+}
+"""
+# fp8 type -> the FP8_HEADER function that loads one of its bytes as float
+FP8_LOADERS = {DType.fp8e4m3fn_type: "mx_e4m3fn", DType.fp8e4m3fnuz_type: "mx_e4m3fnuz"}
+
+
+def with_fp8(spec: KernelSpec) -> KernelSpec:
+    """``spec`` with ``FP8_HEADER`` right after the prelude (for generators that emit the prelude)."""
+    if not spec.source.startswith(PRELUDE):
+        raise Unsupported(f"{spec.name}: source does not start with the prelude")
+    return dataclasses.replace(spec, source=PRELUDE + FP8_HEADER + spec.source[len(PRELUDE) :])
+
+
+def im2col_kernel(name: str, op: Op, x: Shape, out: Shape) -> KernelSpec:
+    """out[n * prod(O) + o, (k... * C) + c] = x[n, c, o * stride - pad + k * dilation], 0 outside x and in
+    the columns past prod(kernel) * C; ``op`` is an ``im2col`` (its kernel, padding, stride, dilation).
+    Bytes are copied as they are, so any 1-byte element type (int8, fp8) and any x strides work."""
+    if x.type_size() != 1 or out.type != x.type or out.ndim() != 2 or not out.standard():
+        raise Unsupported(f"im2col of {x} into {out}: 1-byte elements into a standard matrix")
+    k = x.ndim() - 2
+    ks, pad, st, dil = op.kernel, op.padding, op.stride, op.dilation  # type: ignore[attr-defined]
+    n, c, *spatial = x.lens
+    want = op.compute_shape([x])
+    o_lens = op.out_spatial(x)  # type: ignore[attr-defined]
+    taps = math.prod(ks) * c
+    if want.lens != out.lens:
+        raise Unsupported(f"im2col: output {out} does not match {list(want.lens)}")
+    body = decompose("o0", [n, *o_lens], "r", "IDX") + decompose("o1", [*ks, c], "t", "IDX")
+    inside = [f"o1 < {taps}u"]
+    for i in range(k):
+        body.append(f"const i64 s{i} = (i64)r{i + 1} * {st[i]}ll - {pad[i]}ll + (i64)t{i} * {dil[i]}ll;")
+        inside.append(f"s{i} >= 0 && s{i} < {spatial[i]}ll")
+    terms = [f"r0 * {x.strides[0]}u", f"t{k} * {x.strides[1]}u"]
+    terms += [f"(IDX)s{i} * {x.strides[2 + i]}u" for i in range(k)]
+    raw = raw_type(x.type)
+    body.append(f"out0[oo] = ({' && '.join(inside)}) ? in0[{' + '.join(terms)}] : ({raw})0;")
+    return index_kernel(name, [x], [raw], out, raw, body)
+
+
+def quantize_fp8_kernel(name: str, op: Op, ins: list[Shape], out: Shape) -> KernelSpec:
+    """``quantizelinear`` into fp8e4m3fn: out = e4m3fn(x / scale + zero_point) in float32, saturating
+    as ``op.saturate`` says (``ops.quant.Quantizelinear``; its float32 compute type)."""
+    x, s, *zp = ins
+    if out.type != DType.fp8e4m3fn_type:
+        raise Unsupported(f"quantizelinear to {out.type.name}: only fp8e4m3fn has a gpu kernel")
+    if s.type not in _F32_SCALES or x.type not in _F32_SCALES | {DType.int32_type}:
+        raise Unsupported(
+            f"quantizelinear of {x.type.name} by {s.type.name} scales into fp8 (float32 math only)"
+        )
+    o = [f"o{d}" for d in range(out.ndim())]
+    xo, so = offset(o, x.strides, "IDX"), offset(o, s.strides, "IDX")
+    body = [f"float q = (float)mx_ld(in0[{xo}]) / (float)mx_ld(in1[{so}]);"]
+    if zp:
+        body.append(f"q = q + mx_e4m3fn(in2[{offset(o, zp[0].strides, 'IDX')}]);")
+    body.append(f"out0[oo] = mx_to_e4m3fn(q, {'true' if op.saturate else 'false'});")  # type: ignore[attr-defined]
+    in_c = [c_type(x.type), c_type(s.type)] + ["u8"] * len(zp)
+    return with_fp8(index_kernel(name, ins, in_c, out, "u8", body))
+
+
+_F32_SCALES = frozenset({DType.float_type, DType.half_type, DType.bf16_type})
+
+__all__ = ["FP8_HEADER", "FP8_LOADERS", "im2col_kernel", "quantize_fp8_kernel", "with_fp8"]
