@@ -6,6 +6,7 @@ and must run before ``compile``.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
@@ -14,9 +15,10 @@ import numpy as np
 from .ir.dtypes import DType, to_numpy
 from .ir.instruction import Instruction
 from .ir.module import Module
-from .ir.operation import OPS, ModuleOp, Param, make_op
+from .ir.operation import OPS, Literal, ModuleOp, Param, make_op
 from .ir.program import Program
 from .ir.shape import Shape
+from .ir.weights import WeightCache, op_key
 from .passes.dead_code_elimination import dead_code_elimination
 
 WIDE_FLOATS = frozenset({DType.float_type, DType.double_type})
@@ -45,7 +47,12 @@ def _convert(m: Module, before: Instruction, x: Instruction, t: DType) -> Instru
 
 # -- fp16 ----------------------------------------------------------------------------------------------
 def _as_half(
-    m: Module, user: Instruction, x: Instruction, cache: Cache, t: DType = DType.half_type
+    m: Module,
+    user: Instruction,
+    x: Instruction,
+    cache: Cache,
+    t: DType = DType.half_type,
+    weights: WeightCache | None = None,
 ) -> Instruction:
     """``x`` in the narrow float ``t``, reusing an existing narrow value where the round trip is exact."""
     if id(x) in cache:
@@ -54,14 +61,26 @@ def _as_half(
     if src is not None and src.shape.type == t:
         h = src  # convert(half -> float) -> convert(float -> half) is the identity
     elif x.is_literal():
-        h = m.add_literal(np.asarray(x.op.value).astype(to_numpy(t)))  # type: ignore[attr-defined]
+        # A weight converted once per subgraph (ir/weights.py), not once per input shape, by the
+        # convert op's own meaning (what folding a convert of it would compute, under the same key).
+        lit: Literal = x.op  # type: ignore[assignment]
+        conv, out = make_op("convert", target_type=t), x.shape.with_type(t)
+        half = functools.partial(conv.compute, out, [lit.value])
+        h = m.add_literal(weights.derive(op_key(conv, out), [lit], half) if weights else half())
+    elif x.name == "multibroadcast":
+        # Convert what is broadcast, then broadcast it (the same numbers, fewer converted): converting
+        # a broadcast weight would fold to a copy of it per batch index, made (and uploaded) again for
+        # every batch size.
+        h = m.insert_instruction(user, x.op, [_as_half(m, user, x.inputs[0], cache, t, weights)])
     else:
         h = _convert(m, user, x, t)
     cache[id(x)] = (x, h)
     return h
 
 
-def _quantize_fp16_module(m: Module, names: set[str] | None, t: DType = DType.half_type) -> bool:
+def _quantize_fp16_module(
+    m: Module, names: set[str] | None, t: DType = DType.half_type, weights: WeightCache | None = None
+) -> bool:
     cache: Cache = {}
     changed = False
     for ins in m:
@@ -81,7 +100,9 @@ def _quantize_fp16_module(m: Module, names: set[str] | None, t: DType = DType.ha
             # Views (transpose, slice...) would come back standard and leave their users' shapes stale;
             # they cost nothing in float anyway.
             continue
-        args = [_as_half(m, ins, a, cache, t) if a.shape.type in WIDE_FLOATS else a for a in ins.inputs]
+        args = [
+            _as_half(m, ins, a, cache, t, weights) if a.shape.type in WIDE_FLOATS else a for a in ins.inputs
+        ]
         new = m.insert_instruction(ins, ins.op, args)
         back = new if new.shape.type == ins.shape.type else _convert(m, ins, new, ins.shape.type)
         if back is not new:
@@ -100,7 +121,7 @@ def quantize_fp16(prog: Program, ins_names: Sequence[str] = ("all",)) -> None:
     _require_uncompiled(prog, "quantize_fp16")
     names = None if "all" in ins_names else set(ins_names)
     for m in prog.modules.values():
-        _quantize_fp16_module(m, names)
+        _quantize_fp16_module(m, names, DType.half_type, prog.weights)
 
 
 def quantize_bf16(prog: Program, ins_names: Sequence[str] = ("all",)) -> None:
@@ -108,7 +129,7 @@ def quantize_bf16(prog: Program, ins_names: Sequence[str] = ("all",)) -> None:
     _require_uncompiled(prog, "quantize_bf16")
     names = None if "all" in ins_names else set(ins_names)
     for m in prog.modules.values():
-        _quantize_fp16_module(m, names, DType.bf16_type)
+        _quantize_fp16_module(m, names, DType.bf16_type, prog.weights)
 
 
 # -- int8 ----------------------------------------------------------------------------------------------

@@ -81,3 +81,11 @@ def python_runs(monkeypatch):
 
     monkeypatch.setattr(bridge, "run", counted)
     return calls
+
+
+@pytest.fixture(autouse=True)
+def fuse_small_attention(monkeypatch):
+    """The test models are tiny: fuse their attention although too few blocks would make it slower on a
+    real GPU (kernels/attention.py MIN_BLOCKS), so the fusion and its kernel are what the tests check.
+    test_fuse_attention.py checks the gate itself."""
+    monkeypatch.setenv("MIGRAPHX_EP_ATTENTION_MIN_BLOCKS", "0")

@@ -18,7 +18,7 @@ from migraphx_ep.ir.shape import Shape
 from migraphx_ep.ops.base import BinaryOp
 from migraphx_ep.targets.gpu import kernels as K
 from migraphx_ep.targets.gpu import nvrtc
-from migraphx_ep.targets.gpu.kernels.data import resize_tables
+from migraphx_ep.targets.gpu.kernels.resize import resize_tables
 from migraphx_ep.targets.gpu.kernels.spec import PwConst, PwInput, PwOp
 
 pytestmark = pytest.mark.skipif(nvrtc.nvrtc_available() is not None, reason=str(nvrtc.nvrtc_available()))
@@ -43,6 +43,16 @@ def compile_spec(spec: K.KernelSpec) -> None:
     assert spec.block[0] * spec.block[1] * spec.block[2] <= 1024 and 1 <= spec.grid[0] < 2**31
     assert spec.grid[1] <= 65535 and spec.grid[2] <= 65535
     assert nvrtc.compile_source(spec.source, ARCH, spec.name)
+
+
+def vector_flag(spec: K.KernelSpec) -> bool | None:
+    """The run-time flag that lets ``spec`` move vectors for its sizes (with aligned pointers): on, off,
+    or None when its source has no such flag."""
+    m = re.search(r"(?:const bool vec = |  if \()(p\d+|\d+u) != 0", spec.source)
+    if m is None:
+        return None
+    v = m.group(1)
+    return bool(spec.args[int(v[1:])] if v.startswith("p") else int(v[:-1]))
 
 
 def op_kernel(op, ins: list[Shape], out: Shape | None = None) -> K.KernelSpec:
@@ -112,7 +122,8 @@ def test_pointwise_layouts(layout: str) -> None:
         "k_test", expr, [Shape(H, (4, 6, 10), s) for s in ins], Shape(H, (4, 6, 10), out)
     )
     compile_spec(spec)
-    assert ("mx_vec" in spec.source.split("extern")[-1]) == (layout in ("contiguous", "scalar"))
+    moves = "mx_vec" in spec.source.split("extern")[-1] and vector_flag(spec) is not False
+    assert moves == (layout in ("contiguous", "scalar"))
 
 
 def test_channel_broadcast_moves_vectors() -> None:
@@ -162,11 +173,13 @@ def test_source_is_deterministic() -> None:
 
 
 # -- reductions, softmax, layernorm ------------------------------------------------------------------------
-REDUCE_CASES = [  # (lens, axes) chosen to hit every schedule: thread, warp row, block row, split
+REDUCE_CASES = [  # (lens, axes) chosen to hit every schedule: thread, warp row, block row, wide, split
     ((6, 8), (1,)),
     ((64, 300), (1,)),
     ((2, 10000), (1,)),
     ((300, 40), (0,)),
+    ((9000, 12), (0,)),
+    ((100, 40), (0,)),
     ((20, 70000), (0,)),
     ((3, 5, 7), (0, 2)),
     ((4, 0), (1,)),
@@ -188,11 +201,41 @@ def test_reduce_types(name: str, t: DType) -> None:
 
 
 @pytest.mark.parametrize(
-    "lens,axis", [((8, 10), 1), ((8, 1000), 1), ((4, 4096), 1), ((2, 20000), 1), ((2, 64, 9), 1)]
+    "lens,axis",
+    [((8, 10), 1), ((3, 300), 1), ((8, 1000), 1), ((4, 4096), 1), ((2, 20000), 1), ((2, 64, 9), 1)],
 )
 @pytest.mark.parametrize("name,t", [("softmax", H), ("logsoftmax", F)])
-def test_softmax(lens, axis: int, name: str, t: DType) -> None:
-    compile_spec(op_kernel(make_op(name, axis=axis), [Shape(t, lens)]))
+@pytest.mark.parametrize("runtime", ["1", "0"], ids=["runtime", "baked"])
+def test_softmax(monkeypatch, lens, axis: int, name: str, t: DType, runtime: str) -> None:
+    monkeypatch.setenv("MIGRAPHX_EP_RUNTIME_SIZES", runtime)
+    spec = op_kernel(make_op(name, axis=axis), [Shape(t, lens)])
+    compile_spec(spec)
+    assert bool(spec.args) == (runtime == "1")
+
+
+def test_reduce_with_64bit_sizes() -> None:
+    big = Shape(H, (4, 2**29 + 3))  # 2**31+ elements: sizes and strides are u64 arguments
+    spec = op_kernel(make_op("reduce_sum", axes=(1,)), [big])
+    assert spec.arg_bits == 64 and "const u64 p0" in spec.source
+    compile_spec(spec)
+
+
+@pytest.mark.parametrize("mode", ["average", "max", "lpnorm"])
+@pytest.mark.parametrize("t", [H, F, D])
+@pytest.mark.parametrize("hw", [(3, 7), (40, 28), (160, 112)], ids=str)
+@pytest.mark.parametrize("runtime", ["1", "0"], ids=["runtime", "baked"])
+def test_global_pool(monkeypatch, mode: str, t: DType, hw, runtime: str) -> None:
+    """Global pools are reductions (NCHW: a warp or block per output; NHWC: a block per 2..8 channels)."""
+    monkeypatch.setenv("MIGRAPHX_EP_RUNTIME_SIZES", runtime)
+    op = make_op("pooling", mode=mode, lengths=hw, lp_order=3)
+    h, w = hw
+    for x, out in (
+        (Shape(t, (2, 96, h, w)), Shape(t, (2, 96, 1, 1))),
+        (Shape(t, (2, 96, h, w), (h * w * 96, 1, w * 96, 96)), Shape(t, (2, 96, 1, 1), (96, 1, 96, 96))),
+    ):
+        spec = op_kernel(op, [x], out)
+        assert "mx_kept" in spec.source and "for (int w0" not in spec.source
+        compile_spec(spec)
 
 
 @pytest.mark.parametrize(
@@ -205,7 +248,7 @@ def test_layernorm(lens, axis: int, t: DType, affine: bool) -> None:
     spec = K.layernorm_kernel("k_test", x, row if affine else None, row if affine else None, x, axis, 1e-5)
     compile_spec(spec)
     assert spec.n_inputs == (3 if affine else 1)
-    assert ("mx_row<1>" in spec.source) and (("if (vec)" in spec.source) == (lens[-1] in (64, 768, 4096)))
+    assert ("mx_row<1>" in spec.source) and (bool(vector_flag(spec)) == (lens[-1] in (64, 768, 4096)))
 
 
 # -- data movement, pooling, resize ------------------------------------------------------------------------
@@ -246,6 +289,10 @@ DATA_CASES = {
     "resize tf_crop": (
         make_op("resize", mode="linear", coordinate_transformation_mode="tf_crop_and_resize", roi=ROI, **UP),
         [Shape(F, (1, 3, 4, 6))],
+    ),
+    "resize nearest tf_crop": (
+        make_op("resize", coordinate_transformation_mode="tf_crop_and_resize", roi=ROI, **UP),
+        [Shape(H, (1, 3, 4, 6), (72, 1, 18, 3))],
     ),
     "dot": (make_op("dot"), [Shape(H, (2, 70, 33)), Shape(H, (2, 33, 65), (0, 1, 33))]),
     "dot int": (make_op("dot"), [Shape(I8, (7, 5)), Shape(I8, (5, 3))]),

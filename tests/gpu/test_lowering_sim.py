@@ -16,10 +16,13 @@ from migraphx_ep.frontend.graph import model_to_dict
 from migraphx_ep.frontend.parser import parse_graph
 from migraphx_ep.frontend.probe import fixed_dims
 from migraphx_ep.ir.dtypes import DType
+from migraphx_ep.ir.shape import Shape
 from migraphx_ep.targets import get_target
 from migraphx_ep.targets.gpu.lowering import GemmStep, KernelStep, lower
 from migraphx_ep.targets.gpu.memory import Storage, check_plan, plan
 from migraphx_ep.targets.gpu.simulate import run_steps
+
+from . import gqacases
 
 MODELS = Path(__file__).resolve().parents[1] / "models"
 CASES = sorted(p.name for p in MODELS.glob("*.onnx"))
@@ -151,3 +154,139 @@ def test_fused_integer_division_by_zero_raises_the_device_error() -> None:
     b[1, 2] = 0
     with pytest.raises(ZeroDivisionError, match=r"^mod: integer modulo by zero \(found by gpu kernel"):
         run_steps(low, {"a": a, "b": b})
+
+
+# -- group_query_attention: update, attend (and combine) steps against the ref --------------------------
+def _gqa_lowered(model, feeds):
+    prog = gqacases.parse(model, feeds)
+    prog.compile(get_target("ref"))
+    return prog, lower(prog.get_main_module(), use_blas=True, use_dnn=True)
+
+
+def _gqa_compare(prog, low, feeds, dtype) -> None:
+    tol = 1e-5 if dtype == np.float32 else 2e-3
+    for k, (g, w) in enumerate(zip(run_steps(low, feeds), prog.run_numpy(feeds), strict=True)):
+        assert g.shape == w.shape and g.dtype == w.dtype
+        if k:  # present_key/value: copies, and keys rotated exactly as the ref rounds them
+            np.testing.assert_array_equal(g, w, err_msg=f"output {k}")
+        else:
+            np.testing.assert_allclose(g.astype(np.float64), w.astype(np.float64), rtol=tol, atol=tol)
+
+
+@pytest.mark.parametrize("split", [False, True], ids=["rows", "split"])
+@pytest.mark.parametrize("dtype", [np.float32, np.float16], ids=["fp32", "fp16"])
+@pytest.mark.parametrize("name", sorted(gqacases.CASES))
+def test_gqa_steps_match_ref(name: str, dtype, split: bool, monkeypatch) -> None:
+    from migraphx_ep.targets.gpu.kernels import gqa as KG
+
+    if split:  # several flash-decoding splits even over these short caches
+        monkeypatch.setattr(KG, "MIN_CHUNK", 2)
+    model, feeds = gqacases.case(name, dtype)
+    prog, low = _gqa_lowered(model, feeds)
+    labels = [s.label.split(" (")[0] for s in low.steps]
+    # packed QKV slices and strided views are read in place: no copies around the kernels
+    assert labels == ["gqa update", "gqa attention"] + (["gqa combine"] if split else [])
+    _gqa_compare(prog, low, feeds, dtype)
+    _gqa_compare(prog, low, gqacases.other_lengths(name, feeds), dtype)  # seqlens_k is read at run time
+
+
+GQA_BAD_RUNS = {
+    # name: (case, seqlens_k, total_sequence_length, message)
+    "present_length": ("decode_share_buffer", [5, 3], 9, "present length this program was compiled for"),
+    "batch_with_past": ("prompt_share_buffer", [4, 4], 5, "batch_size must be 1"),
+    "seqlens_negative": ("decode_share_buffer", [-1, 3], 6, "seqlens_k out of range"),
+    "seqlens_past_present": ("decode_share_buffer", [8, 3], 6, "seqlens_k out of range"),
+    "beyond_new_tokens": ("prompt_no_past", [4, 3], 4, "seqlens_k beyond the new tokens"),
+    "rotary_positions": ("rotary_decode_share", [6, 3], 6, "position beyond the rotary caches"),
+}
+
+
+def _gqa_runtime(name: str, **attrs):
+    model, feeds = gqacases.case(name, max_pos=6, packed=False)
+    prog = gqacases.runtime_program(model, feeds, **attrs)
+    prog.compile(get_target("ref"))
+    return prog, lower(prog.get_main_module(), use_blas=True, use_dnn=True), feeds
+
+
+@pytest.mark.parametrize("bad", list(GQA_BAD_RUNS))
+def test_gqa_bad_lengths_raise_the_ref_error_from_the_update_kernel(bad: str) -> None:
+    from migraphx_ep.ops.gqa import GqaRunError
+
+    name, sk, tl, message = GQA_BAD_RUNS[bad]
+    prog, low, feeds = _gqa_runtime(name)
+    _gqa_compare(prog, low, feeds, np.float32)
+    feeds = {**feeds, "sk": np.array(sk, np.int32), "tl": np.array(tl, np.int32)}
+    with pytest.raises(GqaRunError, match=message):
+        prog.run_numpy(feeds)
+    found = rf"^group_query_attention: .*{message}.*\(found by gpu kernel k\d+_"
+    with pytest.raises(GqaRunError, match=found):
+        run_steps(low, feeds)
+
+
+def test_gqa_assumed_present_length_asks_for_a_recompile() -> None:
+    # A program compiled without total_sequence_length's value (run-time dims) assumed GenAI's shared
+    # buffer; a longer present raises GqaPresentAssumed (an AssumptionFailed: the EP recompiles).
+    from migraphx_ep.ir.evaluate import AssumptionFailed
+    from migraphx_ep.ops.gqa import GqaPresentAssumed
+
+    prog, low, feeds = _gqa_runtime("decode_share_buffer", assumed_present=True)
+    _gqa_compare(prog, low, feeds, np.float32)
+    (update,) = [s for s in low.steps if s.label == "gqa update"]
+    assert update.spec.checks[0].error == "GqaPresentAssumed"
+    with pytest.raises(GqaPresentAssumed, match="found by gpu kernel") as e:
+        run_steps(low, {**feeds, "tl": np.array(9, np.int32)})
+    assert isinstance(e.value, AssumptionFailed)
+
+
+def test_gqa_kernel_sources_do_not_depend_on_lengths() -> None:
+    # Batch, query length, past and present lengths and strides are run-time arguments; seqlens_k and
+    # total_sequence_length are read from device memory: another length compiles nothing.
+    from migraphx_ep.targets.gpu.kernels.spec import canonical
+
+    def sources(b: int, s: int, past: int, seqlens: list[int], total: int) -> list[str]:
+        model, feeds = gqacases.gqa_model(b, s, past, seqlens, total, rotary=16, packed=True)
+        return [canonical(st.spec).source for st in _gqa_lowered(model, feeds)[1].steps]
+
+    first = sources(2, 1, 8, [5, 3], 6)
+    assert first == sources(3, 1, 20, [12, 3, 9], 13) == sources(1, 1, 5, [5], 6)
+    assert all("mx_gqa" in src for src in first)
+
+
+def test_gqa_support_reasons() -> None:
+    from migraphx_ep.targets.gpu.lowering import instruction_supported
+
+    model, feeds = gqacases.gqa_model(1, 1, 4, [4], 5, d=264, hq=2, hkv=1)
+    prog = gqacases.parse(model, feeds)
+    (gqa,) = [i for i in prog.get_main_module().instructions if i.name == "group_query_attention"]
+    assert "head size 264: the gpu kernels take multiples of 8 up to 256" in instruction_supported(gqa)
+    model, feeds = gqacases.case("rotary_decode_share")
+    prog = gqacases.parse(model, feeds)
+    assert all(instruction_supported(i) is None for i in prog.get_main_module().instructions)
+
+
+@pytest.mark.parametrize("name", ["llama_fp32", "llama_int4", "phi3_int4", "qwen2_fp32"])
+def test_genai_decoder_is_one_gpu_partition_and_its_steps_match_ref(name: str) -> None:
+    from migraphx_ep.ep.partition import partition
+    from migraphx_ep.targets.gpu.lowering import instruction_supported
+
+    model = gqacases.genai_graph(name)
+    graph = model_to_dict(model)
+    part = partition(graph, instruction_supported)
+    assert len(part.groups) == 1 and not part.refused, (part.groups, part.refused)
+    # a decode step of batch 2 with different lengths over GenAI's shared past/present buffer
+    b, past, total = 2, 16, 9
+    i64 = DType.int64_type
+    shapes = {"input_ids": Shape(i64, (b, 1)), "attention_mask": Shape(i64, (b, total))}
+    kv = [n for n in graph["inputs"] if n.startswith("past_key_values")]
+    shapes.update({n: Shape(DType.float_type, (b, 2, past, 16)) for n in kv})
+    prog = parse_graph(graph, shapes).program
+    prog.compile(get_target("ref"))
+    rng = np.random.default_rng(0)
+    mask = np.ones((b, total), np.int64)
+    mask[1, 6:] = 0
+    feeds = {"input_ids": rng.integers(0, 64, (b, 1)), "attention_mask": mask}
+    feeds.update({n: rng.standard_normal((b, 2, past, 16)).astype(np.float32) for n in kv})
+    low = lower(prog.get_main_module(), use_blas=True, use_dnn=True)
+    assert sum(s.label == "gqa attention" for s in low.steps) == 2
+    for g, w in zip(run_steps(low, feeds), prog.run_numpy(feeds), strict=True):
+        np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-4)

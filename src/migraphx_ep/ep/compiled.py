@@ -21,6 +21,7 @@ from ..ir.evaluate import AssumptionFailed
 from ..ir.instruction import Instruction
 from ..ir.program import Program
 from ..ir.shape import Shape
+from ..ir.weights import WeightCache
 from ..timing import record
 from .cache import ProgramStore, graph_fingerprint, program_key
 from .options import EpOptions
@@ -73,6 +74,9 @@ class CompiledSubgraph:
         self.compiles = 0  # how many programs were built (tests and stats read this)
         self._lock = threading.Lock()
         self._warned_values = False
+        # What the compiles for each input shape share about the weights (ir/weights.py): literals,
+        # folded and converted weights, host layouts, the gpu target's device copies.
+        self.weights = WeightCache()
         # Input axes one program may serve at every size (ep/runtime_dims.py), proven at the first
         # compile (``_settle_runtime``); until then ``_runtime_pending``. The ref target only.
         self.runtime: RuntimeDims = {}
@@ -131,8 +135,9 @@ class CompiledSubgraph:
         # Every new input shape compiles anew: the log says what each one cost, and where the time went.
         with record() as times:
             parsed = parse_graph(
-                self.graph, shapes, specialize=True, input_values=values, runtime_dims=runtime
-            )
+                self.graph, shapes, specialize=True, input_values=values, runtime_dims=runtime,
+                weights=self.weights,
+            )  # fmt: skip
             prog = parsed.program
             self._compile_program(prog, self.options, parsed.values)
         self.compiles += 1

@@ -111,7 +111,7 @@ SPECS: list[Spec] = [
         "migraphx_fp8_enable",
         "ORT_MIGRAPHX_FP8_ENABLE",
         "working",
-        "dot/convolution in fp8 E4M3 with the calibration table's scales (ref target)",
+        "dot/convolution in fp8 E4M3 with the calibration table's scales (gpu: compute capability 8.9+)",
     ),
     Spec(
         "int8_enable",
@@ -119,7 +119,7 @@ SPECS: list[Spec] = [
         "migraphx_int8_enable",
         "ORT_MIGRAPHX_INT8_ENABLE",
         "working",
-        "dot/convolution in int8 with the calibration table's scales (ref target)",
+        "dot/convolution in int8 with the calibration table's scales (int32 accumulation)",
     ),
     Spec(
         "int8_calibration_table_name",

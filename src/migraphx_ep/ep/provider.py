@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import collections
+import functools
 import logging
 import sys
 from collections.abc import Mapping
@@ -54,10 +55,22 @@ def resolve_target(options: EpOptions) -> str:
     return "ref"
 
 
+def _gpu_capability(options: EpOptions) -> tuple[int, int]:
+    """The GPU's compute capability (what it can run: fp8 needs 8.9); fp8 on an older one is an error."""
+    from ..targets.gpu.quant import device_capability, fp8_option_reason
+
+    if options.fp8_enable:
+        reason = fp8_option_reason(options.device_id)
+        if reason is not None:
+            raise OptionError(f"{EP_NAME}: {reason}")
+    return device_capability(options.device_id)
+
+
 class MIGraphXEp:
     def __init__(self, options: dict[str, str]) -> None:
         self.options = parse_options(options)
         self.target_name = resolve_target(self.options)
+        self.gpu_cc = _gpu_capability(self.options) if self.target_name == "gpu" else None
         # int8/fp8: read (and check) the calibration table once; its bytes' hash joins every cache key.
         self.calibration = load_table(self.options)
         if self.calibration is not None:
@@ -98,7 +111,7 @@ class MIGraphXEp:
         if self.target_name == "gpu":
             from ..targets.gpu.lowering import instruction_supported
 
-            check = instruction_supported
+            check = functools.partial(instruction_supported, cc=self.gpu_cc)
         graph, refuse = with_outer_scope_inputs(expand_fused(graph, self.fused_graphs))
         # EPContext nodes: ours are claimed alone (Compile checks and loads them); others' are not ours.
         contexts = [n["index"] for n in graph["nodes"] if is_our_context(n)]
@@ -142,7 +155,7 @@ class MIGraphXEp:
         if self.target_name == "gpu":
             from ..targets.gpu.lowering import unsupported
 
-            reason = unsupported(prog.get_main_module())
+            reason = unsupported(prog.get_main_module(), self.gpu_cc)
             if reason is not None:
                 # Only reachable for nodes claimed before their input values were known (value
                 # specialisation): the partition could not ask the gpu target then. Right answers

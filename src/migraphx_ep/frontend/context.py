@@ -12,6 +12,7 @@ from ..ir.dtypes import DType, from_onnx
 from ..ir.instruction import Instruction
 from ..ir.module import Module
 from ..ir.operation import Op, make_op
+from ..ir.weights import WeightCache
 from ..ops.core import broadcast_lens
 from .table import NeedsValue, Unsupported
 
@@ -73,6 +74,8 @@ class ParseContext:
         # take a value that follows from those dims as a run-time input under an assumption that its
         # op checks at run, raising ``AssumptionFailed`` (the EP then recompiles without run-time dims).
         self.assume_runtime = False
+        # The subgraph's weight cache (ir/weights.py), when compiling for the EP: see ``weight``.
+        self.weights: WeightCache | None = None
 
     # -- emitting ---------------------------------------------------------------------------------
     def add(
@@ -83,6 +86,11 @@ class ParseContext:
 
     def literal(self, value: Any, dtype: Any = None) -> Instruction:
         return self.module.add_literal(np.asarray(value, dtype=dtype))
+
+    def weight(self, value: np.ndarray) -> Instruction:
+        """A literal of a tensor the graph holds (a Constant node's value): with a weight cache, the
+        same literal in every compile, so what is computed from it is computed once (ir/weights.py)."""
+        return self.module.add_literal(self.weights.literal(value) if self.weights is not None else value)
 
     def convert(self, x: Instruction, t: DType) -> Instruction:
         return x if x.shape.type == t else self.add("convert", [x], target_type=t)

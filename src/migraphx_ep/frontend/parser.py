@@ -18,6 +18,7 @@ from ..ir.instruction import Instruction
 from ..ir.module import Module
 from ..ir.program import Program
 from ..ir.shape import Shape, ShapeError
+from ..ir.weights import WeightCache
 from ..timing import stage
 from .context import NodeDesc, ParseContext
 from .table import DimMismatch, NeedsValue, Unsupported, lookup
@@ -100,8 +101,12 @@ class GraphParser:
         input_values: dict[str, np.ndarray] | None = None,
         check: Callable[[Instruction], str | None] | None = None,
         runtime_dims: dict[str, tuple[int, ...]] | None = None,
+        weights: WeightCache | None = None,
     ) -> None:
         self.program = program
+        # The subgraph's weight cache (ir/weights.py): every compile reads an initializer as the same
+        # literal, so what later passes compute from it (and its hash) is computed once per subgraph.
+        self.weights = weights
         # Graph inputs whose sizes on these axes arrive only at run (ep/runtime_dims.py): their Shape is
         # read at run, and parsers may assume what such programs need (ParseContext.assume_runtime).
         self.runtime_dims = runtime_dims or {}
@@ -158,7 +163,9 @@ class GraphParser:
                     return boundary[key]
                 return values[name]
             if name in inits:
-                values[name] = module.add_literal(_as_supported(np.asarray(inits[name]), name))
+                src, load = inits[name], lambda v: _as_supported(np.asarray(v), name)
+                lit = self.weights.literal(src, load) if self.weights is not None else load(src)
+                values[name] = module.add_literal(lit)
                 return values[name]
             if name in lazy_outer:
                 values[name] = lazy_outer[name]
@@ -256,6 +263,7 @@ class GraphParser:
             module, desc, self._parse_subgraph_for(module, get), frozenset(self.value_candidates)
         )
         ctx.assume_runtime = bool(self.runtime_dims)
+        ctx.weights = self.weights
         result = entry.parser(ctx, desc, args)
         outs = [result] if isinstance(result, Instruction) else list(result)
         missing = [o for o in desc.outputs[len(outs) :] if o]
@@ -396,12 +404,18 @@ def parse_graph(
     input_values: dict[str, np.ndarray] | None = None,
     check: Callable[[Instruction], str | None] | None = None,
     runtime_dims: dict[str, tuple[int, ...]] | None = None,
+    weights: WeightCache | None = None,
 ) -> ParseResult:
+    """``weights``: the cache the compiles of one subgraph share (``ir/weights.py``); the program keeps
+    it (``Program.weights``) so its compile shares it too."""
     prog = Program()
+    prog.weights = weights
+    if weights is not None:
+        prog.derived_weights = weights.begin()
     main = prog.get_main_module()
     gp = GraphParser(
         prog, input_shapes, resolve_dim, tolerant, claimed, group_of, specialize, input_values, check,
-        runtime_dims,
+        runtime_dims, weights,
     )  # fmt: skip
     with stage("parse"):
         outs = gp.parse(graph, main)

@@ -82,7 +82,9 @@ class SubgraphParser:
             else:
                 scope[name] = sub.add_parameter(name, src.shape)
                 feeds.append(src)
-        outs = GraphParser(p.program, {}, p.resolve_dim).parse({**graph, "inputs": []}, sub, scope)
+        outs = GraphParser(p.program, {}, p.resolve_dim, weights=p.weights).parse(
+            {**graph, "inputs": []}, sub, scope
+        )
         sub.add_return([outs[n] for n in graph["outputs"]])
         return feeds
 
@@ -91,7 +93,8 @@ class SubgraphParser:
         if graph.get("inputs"):
             raise Unsupported("only a subgraph without inputs can be inlined")
         scope = {name: self._outer(name, {}) for name in free_names(graph)}
-        outs = GraphParser(self.parent.program, {}, self.parent.resolve_dim).parse(graph, self.module, scope)
+        parser = GraphParser(self.parent.program, {}, self.parent.resolve_dim, weights=self.parent.weights)
+        outs = parser.parse(graph, self.module, scope)
         return [outs[n] for n in graph["outputs"]]
 
     def __call__(self, graph: dict, outer: dict[str, Instruction], label: str) -> Module:

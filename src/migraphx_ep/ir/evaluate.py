@@ -45,8 +45,10 @@ def _free_axes_match(module: Module, name: str, arr: np.ndarray) -> bool:
     param = module.get_parameter(name)
     free = getattr(getattr(param, "op", None), "runtime_axes", ())
     lens = param.shape.lens if param is not None else ()
-    return bool(free) and arr.ndim == len(lens) and all(
-        a == b or i in free for i, (a, b) in enumerate(zip(arr.shape, lens, strict=True))
+    return (
+        bool(free)
+        and arr.ndim == len(lens)
+        and all(a == b or i in free for i, (a, b) in enumerate(zip(arr.shape, lens, strict=True)))
     )
 
 

@@ -10,6 +10,8 @@ from .instruction import Instruction
 from .operation import Literal, ModuleOp, Op, Param, Return
 from .shape import Shape, ShapeError
 
+INDEX_WINDOW = 32  # instructions either side of the last edit that ``_index`` searches first
+
 
 class ModuleError(ValueError):
     """A malformed module (bad edit, dangling reference, unsorted instructions)."""
@@ -19,6 +21,7 @@ class Module:
     def __init__(self, name: str = "main") -> None:
         self.name = name
         self.instructions: list[Instruction] = []
+        self._near = 0  # where ``_index`` last found an instruction
 
     # -- building -------------------------------------------------------------------------------
     def _shape_of(self, op: Op, args: Sequence[Instruction], mods: Sequence[Module]) -> Shape:
@@ -136,10 +139,19 @@ class Module:
         return len(self.instructions)
 
     def _index(self, ins: Instruction) -> int:
-        for i, x in enumerate(self.instructions):
-            if x is ins:
-                return i
-        raise ModuleError(f"instruction {ins.op} is not in module {self.name!r}")
+        # A pass edits where it is walking: look around the last position found first, then everywhere,
+        # so inserting before (or removing) each instruction of a long module is not quadratic. list.index
+        # compares by identity first (instructions define no __eq__), in C.
+        lo = max(0, self._near - INDEX_WINDOW)
+        try:
+            i = self.instructions.index(ins, lo, lo + 2 * INDEX_WINDOW)
+        except ValueError:
+            try:
+                i = self.instructions.index(ins)
+            except ValueError:
+                raise ModuleError(f"instruction {ins.op} is not in module {self.name!r}") from None
+        self._near = i
+        return i
 
     def _first_non_param(self) -> int:
         pos = 0

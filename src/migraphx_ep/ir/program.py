@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import numpy as np
@@ -13,6 +13,7 @@ from .evaluate import check_params, run_module
 from .instruction import Instruction
 from .module import Module
 from .shape import Shape
+from .weights import WeightCache
 
 
 @dataclass(frozen=True)
@@ -20,6 +21,9 @@ class CompileOptions:
     offload_copy: bool = True
     fast_math: bool = True
     exhaustive_tune: bool = False
+    # The program's ``weights`` (``Program.compile`` passes them): what the passes, the lowering and
+    # the executable may share with the other compiles of the same subgraph. Not an option as such.
+    weights: WeightCache | None = field(default=None, compare=False, repr=False)
 
 
 class Executable(Protocol):
@@ -37,6 +41,10 @@ class Program:
         self.modules: dict[str, Module] = {"main": Module("main")}
         self.target_name: str | None = None
         self._exe: Executable | None = None
+        # Where its literals' weights came from (``ir/weights.py``): the cache the compiles of one
+        # subgraph share; compiling with it reuses what other input shapes computed from the weights.
+        self.weights: WeightCache | None = None
+        self.derived_weights: list = []  # what its compile took from ``weights``: alive while it is
 
     # -- modules --------------------------------------------------------------------------------
     def get_main_module(self) -> Module:
@@ -73,7 +81,7 @@ class Program:
     ) -> None:
         if self._exe is not None:
             raise RuntimeError("program is already compiled")
-        self._exe = t.compile(self, CompileOptions(offload_copy, fast_math, exhaustive_tune))
+        self._exe = t.compile(self, CompileOptions(offload_copy, fast_math, exhaustive_tune, self.weights))
         self.target_name = t.name
 
     def run_numpy(self, params: Mapping[str, Any], borrow_outputs: bool = False) -> list[np.ndarray]:
@@ -118,6 +126,8 @@ class Program:
                 mapping[id(ins)] = new
         p.target_name = self.target_name
         p._exe = self._exe
+        p.weights = self.weights
+        p.derived_weights = self.derived_weights
         return p
 
     def __str__(self) -> str:

@@ -94,7 +94,8 @@ class GroupQueryAttention(Op):
     has_sink: bool = False
     assumed_present: bool = False
 
-    def _split(self, xs: list) -> tuple:
+    def split_args(self, xs: list) -> tuple:
+        """(q, k, v, past_key, past_value, seqlens_k, total, cos, sin, head_sink); None where absent."""
         q, k, v, *rest = xs
         pk, pv = (rest.pop(0), rest.pop(0)) if self.has_past else (None, None)
         seqlens, total = rest.pop(0), rest.pop(0)
@@ -105,7 +106,7 @@ class GroupQueryAttention(Op):
         return q, k, v, pk, pv, seqlens, total, cos, sin, sink
 
     def compute_shape(self, inputs: list[Shape]) -> Shape:
-        q, k, v, pk, pv, seqlens, total, cos, sin, sink = self._split(list(inputs))
+        q, k, v, pk, pv, seqlens, total, cos, sin, sink = self.split_args(list(inputs))
         check_shapes(self.name, [q, k, v]).same_type().ndims(3).types(GQA_TYPES)
         hq, hkv = self.num_heads, self.kv_num_heads
         b, s, hidden = q.lens
@@ -143,83 +144,129 @@ class GroupQueryAttention(Op):
         present = Shape(q.type, (b, hkv, self.present_len, d))
         return Shape.tuple_of([q.as_standard(), present, present])
 
-    def _lengths(self, b: int, s: int, seqlens: np.ndarray, total: int, past_len: int) -> tuple:
+    def lengths(self, b: int, s: int, seqlens: np.ndarray, total: int, past_len: int) -> tuple:
         """(T, P) per batch entry, validated the way ORT's CheckInputs does, plus our compile-time
-        present length."""
+        present length. Each message starts with a fixed text (the gpu kernels' checks say just that)."""
         want = max(past_len, total) if self.has_past else total
         if want != self.present_len:
             raise (GqaPresentAssumed if self.assumed_present else GqaRunError)(
-                f"group_query_attention: total_sequence_length {total} with a past of {past_len} gives "
-                f"a present length of {want}, but this program was compiled for {self.present_len}"
+                f"{present_message(self.present_len)}: total_sequence_length {total} with a past of "
+                f"{past_len} gives {want}"
             )
         first = total == s
         if not first and s > 1 and b != 1:
-            raise GqaRunError(
-                "group_query_attention: batch_size must be 1 when S > 1 and past context is given"
-            )
+            raise GqaRunError(BATCH_MESSAGE)
         t = seqlens.astype(np.int64) + 1
         p = np.zeros_like(t) if first else t - s
         if np.any(t < 1) or np.any(p < 0) or np.any(p > past_len) or np.any(p + s > self.present_len):
-            raise GqaRunError(f"group_query_attention: seqlens_k {seqlens.tolist()} out of range")
+            raise GqaRunError(f"{RANGE_MESSAGE}: {seqlens.tolist()}")
         if np.any(t > p + s):
-            raise GqaRunError(f"group_query_attention: seqlens_k {seqlens.tolist()} beyond the new tokens")
+            raise GqaRunError(f"{BEYOND_MESSAGE}: {seqlens.tolist()}")
         return t, p
 
-    def compute(self, out: Shape, args: list[np.ndarray]) -> list[np.ndarray]:
-        q, k, v, pk, pv, seqlens, total, cos, sin, sink = self._split(list(args))
-        dt = q.dtype
-        b, s, hidden = q.shape
-        hq, hkv = self.num_heads, self.kv_num_heads
-        d = hidden // hq
-        past_len = pk.shape[2] if pk is not None else 0
-        t, p = self._lengths(
+    def run_lengths(self, q: np.ndarray, past: np.ndarray | None, seqlens, total, cos) -> tuple:
+        """(T, P) of a run from its inputs, the rotary positions checked too (every error the op raises)."""
+        b, s = q.shape[:2]
+        past_len = past.shape[2] if past is not None else 0
+        t, p = self.lengths(
             b, s, np.asarray(seqlens).reshape(-1), int(np.asarray(total).ravel()[0]), past_len
         )
-        f32 = np.float32
+        if cos is not None and int(p.max(initial=0)) + s - 1 >= cos.shape[0]:
+            raise GqaRunError(ROTARY_MESSAGE)
+        return t, p
 
-        qs, ks = q.reshape(b, s, hq, d), k.reshape(b, s, hkv, d)
-        if cos is not None:
-            pos = p[:, None] + np.arange(s)[None]
-            if pos.max() >= cos.shape[0]:
-                raise GqaRunError("group_query_attention: position beyond the rotary caches")
-            c, sn = cos.astype(f32), sin.astype(f32)
-            # Rounded to the input type: ORT writes the rotated keys into present_key first.
-            qs = rotate(qs.astype(f32), pos, c, sn, self.rotary_interleaved).astype(dt)
-            ks = rotate(ks.astype(f32), pos, c, sn, self.rotary_interleaved).astype(dt)
-        qh, kh = qs.transpose(0, 2, 1, 3), ks.transpose(0, 2, 1, 3)
+    def rotated(self, x: np.ndarray, p: np.ndarray, cos, sin) -> np.ndarray:
+        """x (B, S, H, D) with rotary at positions P_b + s, rounded to x's type: ORT writes the rotated
+        keys into present_key before attending (and the queries go the same way)."""
+        if cos is None:
+            return x
+        s = x.shape[1]
+        pos = p[:, None] + np.arange(s)[None]
+        f32 = np.float32
+        return rotate(x.astype(f32), pos, cos.astype(f32), sin.astype(f32), self.rotary_interleaved).astype(
+            x.dtype
+        )
+
+    def update(self, k, v, pk, pv, t, p, cos, sin, present: Shape) -> tuple[np.ndarray, np.ndarray]:
+        """present_key/value: past rows < P_b, then the new (rotated) keys and values, zeros after."""
+        b, s = k.shape[:2]
+        hkv = self.kv_num_heads
+        d = k.shape[2] // hkv
+        kh = self.rotated(k.reshape(b, s, hkv, d), p, cos, sin).transpose(0, 2, 1, 3)
         vh = v.reshape(b, s, hkv, d).transpose(0, 2, 1, 3)
-        present_k = np.zeros(out.sub_shapes[1].lens, dt)
+        present_k = np.zeros(present.lens, k.dtype)
         present_v = np.zeros_like(present_k)
-        y = np.zeros((b, hq, s, d), f32)
-        scale = f32(self.scale or 1 / np.sqrt(d))
-        group = hq // hkv
-        extra = None
-        if sink is not None:
-            extra = sink.astype(f32).reshape(hq, 1, 1)
-        elif self.smooth_softmax:
-            extra = np.zeros((1, 1, 1), f32)
         for i in range(b):
-            pi, ti = int(p[i]), int(t[i])
+            pi = int(p[i])
             if pk is not None:
                 present_k[i, :, :pi], present_v[i, :, :pi] = pk[i, :, :pi], pv[i, :, :pi]
             present_k[i, :, pi : pi + s], present_v[i, :, pi : pi + s] = kh[i], vh[i]
-            keys = np.repeat(present_k[i, :, :ti].astype(f32), group, axis=0)  # (Hq, T, D)
-            vals = np.repeat(present_v[i, :, :ti].astype(f32), group, axis=0)
-            scores = np.matmul(qh[i].astype(f32), keys.transpose(0, 2, 1)) * scale  # (Hq, S, T)
-            if self.softcap > 0:
-                scores = np.tanh(scores / f32(self.softcap)) * f32(self.softcap)
-            row = pi + np.arange(s)[:, None]
-            col = np.arange(ti)[None]
-            allowed = col <= row if self.causal else np.ones((s, ti), bool)
-            if self.local_window > 0:
-                allowed &= col > row - self.local_window
-            # A row with nothing to attend is a padding row of a first prompt (ORT leaves it
-            # unspecified); let it attend key 0 rather than produce NaN.
-            allowed[~allowed.any(axis=1), 0] = True
-            scores = np.where(allowed, scores, f32(-np.inf))
-            y[i] = np.matmul(softmax_rows(scores, extra), vals)
-        y = y.transpose(0, 2, 1, 3).reshape(b, s, hidden).astype(dt)
-        return [y, present_k, present_v]
+        return present_k, present_v
+
+    def extra_logit(self, sink: np.ndarray | None) -> np.ndarray | None:
+        """The logit that joins every softmax denominator: head_sink (per head), 0 (smooth), or none."""
+        if sink is not None:
+            return sink.astype(np.float32).reshape(-1, 1, 1)
+        return np.zeros((1, 1, 1), np.float32) if self.smooth_softmax else None
+
+    def scores(self, qh: np.ndarray, keys: np.ndarray, pi: int, ti: int) -> np.ndarray:
+        """Scores (Hq, S, T) of one batch entry, -inf where a query may not attend: qh (Hq, S, D) are
+        the (rotated, rounded) queries in float32, keys the present keys (Hkv, >=T, D)."""
+        f32 = np.float32
+        s, d = qh.shape[1], qh.shape[2]
+        group = self.num_heads // self.kv_num_heads
+        keys = np.repeat(keys[:, :ti].astype(f32), group, axis=0)  # (Hq, T, D)
+        scale = f32(self.scale or 1 / np.sqrt(d))
+        sc = np.matmul(qh, keys.transpose(0, 2, 1)) * scale
+        if self.softcap > 0:
+            sc = np.tanh(sc / f32(self.softcap)) * f32(self.softcap)
+        return np.where(self.allowed(s, pi, ti), sc, f32(-np.inf))
+
+    def allowed(self, s: int, pi: int, ti: int) -> np.ndarray:
+        """(S, T): which keys each query row of a batch entry attends (causal, sliding window)."""
+        row = pi + np.arange(s)[:, None]
+        col = np.arange(ti)[None]
+        allowed = col <= row if self.causal else np.ones((s, ti), bool)
+        if self.local_window > 0:
+            allowed &= col > row - self.local_window
+        # A row with nothing to attend is a padding row of a first prompt (ORT leaves it
+        # unspecified); let it attend key 0 rather than produce NaN.
+        allowed[~allowed.any(axis=1), 0] = True
+        return allowed
+
+    def attend(self, q, present_k, present_v, t, p, cos, sin, sink) -> np.ndarray:
+        """The attention output (B, S, Hq*D) over the present keys and values."""
+        b, s, hidden = q.shape
+        hq = self.num_heads
+        d = hidden // hq
+        group = hq // self.kv_num_heads
+        qh = self.rotated(q.reshape(b, s, hq, d), p, cos, sin).transpose(0, 2, 1, 3).astype(np.float32)
+        extra = self.extra_logit(sink)
+        y = np.zeros((b, hq, s, d), np.float32)
+        for i in range(b):
+            ti = int(t[i])
+            vals = np.repeat(present_v[i, :, :ti].astype(np.float32), group, axis=0)
+            y[i] = np.matmul(softmax_rows(self.scores(qh[i], present_k[i], int(p[i]), ti), extra), vals)
+        return y.transpose(0, 2, 1, 3).reshape(b, s, hidden).astype(q.dtype)
+
+    def compute(self, out: Shape, args: list[np.ndarray]) -> list[np.ndarray]:
+        q, k, v, pk, pv, seqlens, total, cos, sin, sink = self.split_args(list(args))
+        t, p = self.run_lengths(q, pk, seqlens, total, cos)
+        present_k, present_v = self.update(k, v, pk, pv, t, p, cos, sin, out.sub_shapes[1])
+        return [self.attend(q, present_k, present_v, t, p, cos, sin, sink), present_k, present_v]
 
 
-__all__ = ["GQA_TYPES", "GqaRunError", "rotate"]
+def present_message(present_len: int) -> str:
+    return (
+        f"group_query_attention: the present length this program was compiled for ({present_len}) "
+        "does not fit"
+    )
+
+
+BATCH_MESSAGE = "group_query_attention: batch_size must be 1 when S > 1 and past context is given"
+RANGE_MESSAGE = "group_query_attention: seqlens_k out of range"
+BEYOND_MESSAGE = "group_query_attention: seqlens_k beyond the new tokens"
+ROTARY_MESSAGE = "group_query_attention: position beyond the rotary caches"
+
+
+__all__ = ["GQA_TYPES", "GqaPresentAssumed", "GqaRunError", "present_message", "rotate"]

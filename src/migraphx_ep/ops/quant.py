@@ -17,7 +17,7 @@ import numpy as np
 from ..ir.dtypes import FLOAT_TYPES, INT_TYPES, DType
 from ..ir.operation import Op, register_op
 from ..ir.shape import Shape, ShapeError, check_shapes
-from .nn import Convolution, conv_forward, conv_output_lens
+from .nn import Convolution, _pad_spatial, conv_forward, conv_output_lens, windows
 
 QUANT_INT = frozenset({DType.int8_type, DType.uint8_type, DType.int16_type, DType.uint16_type})
 FP8 = frozenset({DType.fp8e4m3fn_type, DType.fp8e4m3fnuz_type, DType.fp8e5m2_type, DType.fp8e5m2fnuz_type})
@@ -179,6 +179,49 @@ class QuantConvolution(Convolution):
         p, s, d = self.attrs(x.ndim - 2)
         acc = out.dtype if out.type == DType.int32_type else np.dtype(np.float32)
         return conv_forward(x, w, p, s, d, self.group, out.lens, acc).astype(out.dtype, copy=False)
+
+
+@register_op
+@dataclasses.dataclass(frozen=True)
+class Im2col(Op):
+    """A convolution's windows as matrix rows (MIGraphX ``im2col``): row ``n * prod(O) + o`` holds the
+    window of output pixel ``o`` of image ``n`` in (kernel..., channel) order, channels fastest (KRSC),
+    zeros where the window leaves the input and in the columns past ``prod(kernel) * C`` up to
+    ``columns``. The gpu target runs quant_convolution as this matrix times the KRSC weights."""
+
+    name: ClassVar[str] = "im2col"
+    kernel: tuple[int, ...] = ()
+    padding: tuple[int, ...] = ()  # begins then ends per spatial axis
+    stride: tuple[int, ...] = ()
+    dilation: tuple[int, ...] = ()
+    columns: int = 0  # 0: exactly prod(kernel) * C
+
+    def out_spatial(self, x: Shape) -> tuple[int, ...]:
+        w = Shape(x.type, (1, x.lens[1], *self.kernel))
+        return conv_output_lens(self.name, x, w, self.padding, self.stride, self.dilation, 1)[2:]
+
+    def compute_shape(self, inputs: list[Shape]) -> Shape:
+        check_shapes(self.name, inputs).has(1).min_ndims(3)
+        x = inputs[0]
+        k = x.ndim() - 2
+        if not (len(self.kernel) == len(self.stride) == len(self.dilation) == k == len(self.padding) // 2):
+            raise ShapeError(f"im2col: kernel/padding/stride/dilation do not match {k} spatial dims")
+        taps = int(np.prod(self.kernel)) * x.lens[1]
+        if self.columns and self.columns < taps:
+            raise ShapeError(f"im2col: {self.columns} columns cannot hold {taps} taps")
+        rows = x.lens[0] * int(np.prod(self.out_spatial(x)))
+        return Shape(x.type, (rows, self.columns or taps))
+
+    def compute(self, out: Shape, args: list[np.ndarray]) -> np.ndarray:
+        x = args[0]
+        k = x.ndim - 2
+        o = self.out_spatial(Shape.of(x))
+        xp = _pad_spatial(x, self.padding)
+        win = windows(xp, o, self.kernel, self.stride, self.dilation)  # (N, C, *O, *K)
+        cols = win.transpose(0, *range(2, 2 + 2 * k), 1).reshape(x.shape[0] * int(np.prod(o)), -1)
+        res = np.zeros(out.lens, x.dtype)
+        res[:, : cols.shape[1]] = cols
+        return res
 
 
 __all__ = ["FP8", "QUANT_GEMM_TYPES", "INT_TYPES", "QUANT_INT", "SCALE_TYPES", "saturate_cast"]

@@ -2,7 +2,9 @@
 
 One forward walk suffices: a merge redirects users to the earlier instruction before those users are
 visited, so chains of duplicates collapse transitively. Literals merge when their bytes, dtype and dims
-are equal (``Literal`` equality); large weights are only hashed when another literal has the same shape.
+are equal (``Literal`` equality); a weight is only hashed when another literal has the same shape and
+the same sample of its elements, so distinct weights (random, trained) are told apart without reading
+them, and the same literal object (the subgraph's weight cache hands one per initializer) never is.
 Never merged: parameters, ``@return``, nondeterministic ops, and module-owning instructions unless
 their module arguments are the very same modules.
 """
@@ -13,6 +15,7 @@ from collections.abc import Hashable
 
 from ..ir.instruction import Instruction
 from ..ir.module import Module
+from ..ir.operation import Literal
 from .manager import Pass
 from .rewrite import replace_value
 
@@ -30,18 +33,28 @@ def _key(ins: Instruction) -> Hashable:
     )
 
 
+SAMPLES = 16  # elements compared before two same-shape literals are hashed whole
+
+
+def _sample(lit: Literal) -> bytes:
+    """A few elements spread over the value: equal literals have equal samples."""
+    flat = lit.value.reshape(-1)
+    return flat[:: max(1, flat.size // SAMPLES)][:SAMPLES].tobytes()
+
+
 def eliminate_common_subexpression(m: Module) -> bool:
     seen: dict[Hashable, Instruction] = {}
-    literals: dict[object, list[Instruction]] = {}  # shape -> distinct literals of that shape
+    literals: dict[object, list[Instruction]] = {}  # (shape, sample) -> distinct literals with them
     changed = False
     for ins in m:
         if ins.is_param() or ins.is_return() or getattr(ins.op, "nondeterministic", False):
             continue
         if ins.is_literal():
-            same_shape = literals.setdefault(ins.shape, [])
-            first = next((lit for lit in same_shape if lit.op == ins.op), None)
+            op: Literal = ins.op  # type: ignore[assignment]
+            same = literals.setdefault((ins.shape, _sample(op)), [])
+            first = next((lit for lit in same if lit.op is op or lit.op == op), None)
             if first is None:
-                same_shape.append(ins)
+                same.append(ins)
             elif replace_value(m, ins, first):
                 changed = True
             continue

@@ -12,6 +12,10 @@ when
   * its result is a broadcast view (fewer stored elements than logical ones), or
   * its result is larger than 64 KiB and more than 4x the bytes its inputs really store (a skipped
     instruction stores nothing itself: it weighs what its inputs weigh).
+
+Given the subgraph's ``WeightCache`` (``ir/weights.py``), a value computed from weights alone is taken
+from it when an earlier compile (another input shape) folded the same expression: the same literal
+object, so nothing is computed, copied or hashed again.
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ from ..ir.instruction import Instruction
 from ..ir.module import Module
 from ..ir.operation import Literal, ModuleOp
 from ..ir.shape import Shape
+from ..ir.weights import WeightCache, op_key
 from .manager import Pass
 from .rewrite import replace_value
 
@@ -118,7 +123,7 @@ class _Values:
         self.pending.pop(id(ins), None)
 
 
-def propagate_constant(m: Module) -> bool:
+def propagate_constant(m: Module, weights: WeightCache | None = None) -> bool:
     const: set[int] = set()  # depends on literals only
     foldable: set[int] = set()  # ... and passes the size rule
     # Bytes a constant really stores: its packed size if foldable (it may become a literal), else what its
@@ -126,14 +131,21 @@ def propagate_constant(m: Module) -> bool:
     # leaves every weight unchanged, which keeps the pass idempotent.
     weight: dict[int, int] = {}
     values = _Values()
+    keys: dict[int, int | None] = {}  # a constant's expression key over weights (with ``weights``)
     changed = False
     last = m.instructions[-1] if m.instructions and m.get_return() is None else None
+
+    def value_of(f: Instruction) -> Literal | None:
+        if weights is None:
+            v = values.get(f)
+            return None if v is None else Literal(v)
+        return weights.derived(keys[id(f)], lambda: values.get(f))
 
     def fold(f: Instruction) -> None:
         nonlocal changed
         if f.is_literal() or id(f) not in foldable or not f.outputs:
             return
-        v = values.get(f)
+        v = value_of(f)
         if v is None:
             return
         lit = m.add_literal(v)
@@ -143,6 +155,7 @@ def propagate_constant(m: Module) -> bool:
             const.add(id(lit))
             foldable.add(id(lit))
             weight[id(lit)] = weight[id(f)]
+            keys[id(lit)] = keys.get(id(f))
             changed = True
         else:
             m.remove_instruction(lit)
@@ -150,6 +163,12 @@ def propagate_constant(m: Module) -> bool:
     for ins in m:
         if _is_const(ins, const):
             const.add(id(ins))
+            if weights is not None:
+                keys[id(ins)] = (
+                    weights.key_of(ins.op)  # type: ignore[arg-type]
+                    if ins.is_literal()
+                    else weights.expression(op_key(ins.op, ins.shape), [keys[id(i)] for i in ins.inputs])
+                )
             if ins.is_literal() or not too_big(ins, weight):
                 foldable.add(id(ins))
                 weight[id(ins)] = stored_bytes(ins.shape)

@@ -26,7 +26,7 @@ class RefTarget:
     name = "ref"
 
     def get_passes(self, options: CompileOptions) -> list[Pass]:
-        return ref_pipeline()
+        return ref_pipeline(options.weights)
 
     def compile(self, prog: Program, options: CompileOptions) -> RefExecutable:
         passes = self.get_passes(options)

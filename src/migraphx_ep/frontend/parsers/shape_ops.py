@@ -135,7 +135,7 @@ def parse_constant(ctx: ParseContext, node: NodeDesc, args):
         v = node.attr("value")
         if not isinstance(v, np.ndarray):
             raise Unsupported(f"Constant: value of type {type(v).__name__} is not supported")
-        return ctx.literal(v)
+        return ctx.weight(v)  # exporters store weights as Constant nodes too
     if k in CONSTANT_ATTRS:
         return ctx.literal(node.attr(k), CONSTANT_ATTRS[k])
     raise Unsupported(f"Constant: attribute {k!r} (strings/sparse tensors) is not supported")

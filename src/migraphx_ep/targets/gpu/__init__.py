@@ -8,12 +8,17 @@ from __future__ import annotations
 
 import logging
 import os
+from typing import TYPE_CHECKING
 
 import msgpack
 
 from ...ir.program import CompileOptions, Program
 from ...passes import Pass, run_passes
 from ...timing import stage
+
+if TYPE_CHECKING:
+    from .cuda import Device
+    from .weights import DeviceWeights
 
 log = logging.getLogger("migraphx_ep.gpu")
 
@@ -67,7 +72,7 @@ class GpuTarget:
     def get_passes(self, options: CompileOptions) -> list[Pass]:
         from .decompose import gpu_pipeline
 
-        return gpu_pipeline()
+        return gpu_pipeline(options.weights)
 
     def _device(self):
         from .cuda import Device
@@ -79,21 +84,34 @@ class GpuTarget:
         from .lowering import lower
 
         if artifacts is None:
-            for m in prog.modules.values():
+            from .fuse import adopt_submodules
+
+            for m in list(prog.modules.values()):
                 run_passes(m, self.get_passes(options))
+            adopt_submodules(prog)  # fused ops' bodies join the program (saving, cloning find them)
         with stage("device setup"):  # the first compile in a process creates the context, loads libraries
             device = self._device()
             use_blas, use_dnn = _libraries()
         main = prog.get_main_module()
         with stage("lowering"):
-            lowered = lower(main, use_blas, use_dnn)
+            lowered = lower(main, use_blas, use_dnn, weights=options.weights)
         return GpuExecutable(
             lowered,
             device,
             allow_tf32=self.allow_tf32,
             artifacts=artifacts,
             param_shapes=main.get_parameter_shapes(),
+            weights=self._device_weights(options, device),
         )
+
+    @staticmethod
+    def _device_weights(options: CompileOptions, device: Device) -> DeviceWeights | None:
+        """The device copies of weights the programs of one subgraph share (``weights.py``), if any."""
+        from .weights import DeviceWeights
+
+        if options.weights is None:
+            return None
+        return options.weights.shared(("gpu weights", device.id), DeviceWeights)
 
     def load_executable(self, prog: Program, blob: bytes | None):
         """Rebuild the executable of a stored (already optimised) program from its kernel images and

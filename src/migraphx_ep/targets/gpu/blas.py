@@ -4,6 +4,11 @@ The IR speaks row-major; cuBLASLt speaks column-major. Row-major ``m x n`` memor
 ``n x m`` transpose, so a row-major ``D = A @ B`` is computed as ``D^T = B^T @ A^T`` with A and B
 swapped; each operand's transpose flag follows from which of its strides is 1 (``map_gemm``).
 
+Quantised GEMMs (``quant_dot``): int8 A/B with int32 C/D, compute and scale type (IMMA), and fp8 E4M3
+A/B with float C/D, compute and scale type (Ada/Hopper and newer); their documented conditions are
+checked here (``quant_layout_reason``) so a plan never reaches a kernel that cannot take it, and the
+lowering (``quant.py``) lays operands out to meet them.
+
 Enum values carry the C names from cublasLt.h / cublas_api.h / library_types.h on purpose:
 ``tools/check_gpu_constants.py`` compiles a program against the real headers and compares every one.
 """
@@ -23,9 +28,13 @@ CUDA_R_32F = 0
 CUDA_R_64F = 1
 CUDA_R_16F = 2
 CUDA_R_16BF = 14
+CUDA_R_8I = 3
+CUDA_R_32I = 10
+CUDA_R_8F_E4M3 = 28
 CUBLAS_COMPUTE_32F = 68
 CUBLAS_COMPUTE_32F_FAST_TF32 = 77
 CUBLAS_COMPUTE_64F = 70
+CUBLAS_COMPUTE_32I = 72
 CUBLAS_OP_N = 0
 CUBLAS_OP_T = 1
 CUBLAS_STATUS_SUCCESS = 0
@@ -94,6 +103,15 @@ _TYPES = {
     DType.half_type: (CUDA_R_16F, CUBLAS_COMPUTE_32F, CUDA_R_32F, ctypes.c_float),
     DType.bf16_type: (CUDA_R_16BF, CUBLAS_COMPUTE_32F, CUDA_R_32F, ctypes.c_float),
     DType.double_type: (CUDA_R_64F, CUBLAS_COMPUTE_64F, CUDA_R_64F, ctypes.c_double),
+    # quant_dot operands: A/B are the key's type, C/D the accumulator's (QUANT_OUT)
+    DType.int8_type: (CUDA_R_8I, CUBLAS_COMPUTE_32I, CUDA_R_32I, ctypes.c_int32),
+    DType.fp8e4m3fn_type: (CUDA_R_8F_E4M3, CUBLAS_COMPUTE_32F, CUDA_R_32F, ctypes.c_float),
+}
+# quant_dot operand type -> (IR type of C/D, cudaDataType of C/D, K and leading-dimension multiple of A/B):
+# IMMA wants m, k and lda/ldb/ldc multiples of 4 in the TN form; FP8 wants 16-byte aligned dims (k % 16).
+QUANT_OUT = {
+    DType.int8_type: (DType.int32_type, CUDA_R_32I, 4),
+    DType.fp8e4m3fn_type: (DType.float_type, CUDA_R_32F, 16),
 }
 
 
@@ -178,6 +196,25 @@ def map_gemm(
     return (swap, pb, pa, d) if swap else (swap, pa, pb, d)
 
 
+def quant_layout_reason(dtype: DType, batch: int, p: Stored, q: Stored, d: Stored) -> str | None:
+    """Why cuBLASLt's int8 (IMMA) or fp8 kernels cannot take the mapped GEMM ``D' = op(P) @ op(Q)``
+    (None: they can). Both need the TN form: op(P) = P^T and op(Q) = Q, i.e. both operands stored with K
+    contiguous; cuBLASLt's m (rows of D') and k, and every leading dimension, must be multiples of 4
+    (16 bytes of the 4-byte D), fp8's k and A/B leading dimensions multiples of 16."""
+    kq = QUANT_OUT[dtype][2]
+    what = f"cuBLASLt {dtype.name} GEMM"
+    if p.op != CUBLAS_OP_T or q.op != CUBLAS_OP_N:
+        return f"{what}: only the TN form (both operands K-contiguous) has kernels"
+    m_lt, k = p.cols, p.rows  # P is stored k x m and used transposed
+    if k % kq or p.ld % kq or q.ld % kq:
+        return f"{what}: k={k}, lda={p.ld}, ldb={q.ld} must be multiples of {kq}"
+    if m_lt % 4 or d.ld % 4:
+        return f"{what}: m={m_lt} and ldc={d.ld} must be multiples of 4"
+    if batch > 1 and (p.batch_stride % kq or q.batch_stride % kq):
+        return f"{what}: batch strides {p.batch_stride}, {q.batch_stride} must be multiples of {kq}"
+    return None
+
+
 class GemmPlan:
     """A planned GEMM: descriptors, chosen algorithm and workspace size; ``run`` enqueues it."""
 
@@ -189,8 +226,14 @@ class GemmPlan:
             raise Unsupported(f"cuBLASLt GEMM: element type {self.dtype.name} is not supported")
         self.layouts, self.bias, self.relu, self.alignment = layouts, bias, relu, alignment
         self.data_type, compute, scale, scalar = _TYPES[self.dtype]
+        quant = QUANT_OUT.get(self.dtype)
+        if quant is not None and (bias or relu):
+            raise Unsupported(f"cuBLASLt {self.dtype.name} GEMM: no bias/relu epilogue on its result")
+        self.out_dtype, self.out_type = (quant[0], quant[1]) if quant else (self.dtype, self.data_type)
         if self.dtype == DType.float_type and tf32:
             compute = CUBLAS_COMPUTE_32F_FAST_TF32
+        if scalar is ctypes.c_int32:  # IMMA's scale type is int32: alpha and beta are integers
+            alpha, beta = int(alpha), int(beta)
         self.alpha, self.beta = scalar(alpha), scalar(beta)
         self.algo, self.workspace_size = MatmulAlgo(), 0
         self.handle = 0  # set by plan_gemm: creating one needs a GPU, describing the GEMM does not
@@ -201,7 +244,11 @@ class GemmPlan:
             f"{self.dtype.name}:{batch}x{m}x{n}x{k}:{strides}:{compute}:{bias}{relu}:{beta != 0}:{alignment}"
         )
         self.swap, p, q, d = map_gemm(batch, m, n, k, *layouts, bias)
-        self.p_layout, self.q_layout, self.d_layout = (self._layout(x) for x in (p, q, d))
+        why = quant_layout_reason(self.dtype, batch, p, q, d) if quant else None
+        if why:
+            raise Unsupported(why)
+        self.p_layout, self.q_layout = (self._layout(x, self.data_type) for x in (p, q))
+        self.d_layout = self._layout(d, self.out_type)
         self.desc = self._create("cublasLtMatmulDescCreate", "cublasLtMatmulDescDestroy", compute, scale)
         set_ = "cublasLtMatmulDescSetAttribute"
         self._set(set_, self.desc, CUBLASLT_MATMUL_DESC_TRANSA, ctypes.c_int32(p.op))
@@ -230,8 +277,8 @@ class GemmPlan:
     def _set(self, fn: str, obj: int, attr: int, value: ctypes._SimpleCData) -> None:
         self._call(fn, obj, attr, ctypes.byref(value), ctypes.sizeof(value))
 
-    def _layout(self, x: Stored) -> int:
-        dims = (self.data_type, x.rows, x.cols, x.ld)
+    def _layout(self, x: Stored, data_type: int) -> int:
+        dims = (data_type, x.rows, x.cols, x.ld)
         lay = self._create("cublasLtMatrixLayoutCreate", "cublasLtMatrixLayoutDestroy", *dims)
         if self.batch > 1:
             set_ = "cublasLtMatrixLayoutSetAttribute"
@@ -321,12 +368,12 @@ def _fastest(plan: GemmPlan, candidates: list[HeuristicResult], reps: int = 5) -
     """The fastest candidate, timed with CUDA events on scratch buffers of the GEMM's extents."""
     from . import cuda
 
-    size = to_numpy(plan.dtype).itemsize
-    dims = ((plan.m, plan.k), (plan.k, plan.n), (plan.m, plan.n))
+    size, out_size = to_numpy(plan.dtype).itemsize, to_numpy(plan.out_dtype).itemsize
+    dims = ((plan.m, plan.k, size), (plan.k, plan.n, size), (plan.m, plan.n, out_size))
     bufs = [
-        cuda.alloc(span(x, r, c, plan.batch) * size) for x, (r, c) in zip(plan.layouts, dims, strict=True)
+        cuda.alloc(span(x, r, c, plan.batch) * sz) for x, (r, c, sz) in zip(plan.layouts, dims, strict=True)
     ]
-    bufs.append(cuda.alloc(plan.n * size))  # bias
+    bufs.append(cuda.alloc(plan.n * out_size))  # bias
     ws = cuda.alloc(max(int(r.workspaceSize) for r in candidates))
     stream, start, stop = cuda.Stream(), cuda.Event(), cuda.Event()
     args = (bufs[0].ptr, bufs[1].ptr, bufs[2].ptr, bufs[2].ptr, bufs[3].ptr, ws.ptr)

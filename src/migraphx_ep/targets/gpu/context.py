@@ -86,8 +86,9 @@ class RunContext:
                 self.graph = None
 
     def ptr(self, b: Buf) -> int:
-        base = self.exe.weights.ptr if b.storage.kind == "weight" else self.arena.ptr
-        return base + b.storage.offset + b.offset
+        if b.storage.kind == "weight":
+            return self.exe.weight_address(b.storage) + b.offset
+        return self.arena.ptr + b.storage.offset + b.offset
 
     def workspace_ptr(self) -> int:
         assert self.workspace is not None

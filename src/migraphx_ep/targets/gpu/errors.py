@@ -15,10 +15,16 @@ from typing import Any
 
 import numpy as np
 
+from ...ops.gqa import GqaPresentAssumed, GqaRunError
 from . import cuda
 from .kernels.spec import KernelSpec
 
-_ERRORS: dict[str, type[Exception]] = {"IndexError": IndexError, "ZeroDivisionError": ZeroDivisionError}
+_ERRORS: dict[str, type[Exception]] = {
+    "IndexError": IndexError,
+    "ZeroDivisionError": ZeroDivisionError,
+    "GqaRunError": GqaRunError,
+    "GqaPresentAssumed": GqaPresentAssumed,  # an AssumptionFailed: the EP recompiles
+}
 
 
 def device_error(spec: KernelSpec, code: int) -> Exception:

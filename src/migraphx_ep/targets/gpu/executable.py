@@ -29,6 +29,7 @@ from .kernels.spec import KernelSpec, Unsupported, canonical
 from .lowering import Buf, ConvStep, GemmStep, KernelStep, Lowered, plan_lowered
 from .memory import ALIGN, Storage, align
 from .nvrtc import compile_source, source_key
+from .weights import DeviceWeights
 
 log = logging.getLogger("migraphx_ep.gpu")
 
@@ -44,6 +45,7 @@ class GpuExecutable:
         allow_tf32: bool,
         artifacts: dict | None = None,
         param_shapes: dict | None = None,
+        weights: DeviceWeights | None = None,
     ) -> None:
         t0 = time.perf_counter()
         self.device = device
@@ -59,7 +61,8 @@ class GpuExecutable:
         with stage("memory plan"):
             self.arena_bytes = plan_lowered(lowered)
         with stage("weights upload"):
-            self._upload_weights()
+            # ``weights``: the device copies the other programs of this subgraph uploaded (weights.py).
+            self._place_weights(weights if weights is not None else DeviceWeights())
         self.checking_specs = [s.spec for s in lowered.steps if isinstance(s, KernelStep)]
         self.workspace_bytes = ALIGN
         # The first context serves the Python Run path; more come when native Runs overlap.
@@ -67,20 +70,18 @@ class GpuExecutable:
         self.compile_seconds = time.perf_counter() - t0
 
     # -- planning ------------------------------------------------------------------------------------------
-    def _upload_weights(self) -> None:
-        total = 0
-        for w in self.lowered.weights:
-            w.offset = total
-            total += align(max(w.nbytes, 1))
-        self.weights = cuda.alloc(total)
-        # One host staging block, one copy: thousands of small literals cost one transfer.
-        host = np.zeros(total, np.uint8)
-        for w in self.lowered.weights:
-            raw = np.asarray(w.value).reshape(-1).view(np.uint8)
-            host[w.offset : w.offset + raw.size] = raw
-        stream = cuda.Stream()
-        cuda.memcpy_htod(self.weights.ptr, host, stream)
-        stream.sync()
+    def _place_weights(self, pool: DeviceWeights) -> None:
+        placed = pool.place(self.lowered.weights)
+        self.weight_blocks = placed.blocks  # held: every Run (and the captured graph) reads them
+        self._weight_at = placed.addresses
+        self.weight_bytes = sum(align(max(w.nbytes, 1)) for w in self.lowered.weights)
+        self.uploaded_weight_bytes = placed.uploaded
+        count("weights upload", "shared", placed.shared)
+        count("weights upload", "uploaded", len(self.lowered.weights) - placed.shared)
+
+    def weight_address(self, st: Storage) -> int:
+        """The device address of weight storage ``st`` (a block this program shares or uploaded)."""
+        return self._weight_at[id(st)]
 
     # The first context's parts, for the Python Run path and the tools that time a program's graph.
     @property
@@ -372,7 +373,8 @@ class GpuExecutable:
             "steps": len(self.lowered.steps),
             "kinds": kinds,
             "arena_bytes": self.arena_bytes,
-            "weight_bytes": self.weights.nbytes,
+            "weight_bytes": self.weight_bytes,
+            "weight_bytes_uploaded": self.uploaded_weight_bytes,
             "workspace_bytes": self.workspace.nbytes,
             "cuda_graph": self.graph is not None,
             "checking_kernels": len(self.errors.specs),

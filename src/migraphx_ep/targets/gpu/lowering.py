@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -24,7 +25,9 @@ from ...ir.instruction import Instruction
 from ...ir.module import Module
 from ...ir.operation import ModuleOp, Op
 from ...ir.shape import Shape
+from ...ir.weights import WeightCache
 from . import kernels as K
+from .kernels.attention import attention_kernel, attention_supported
 from .kernels.spec import KernelSpec, PwConst, PwExpr, PwInput, PwOp, Unsupported
 from .memory import Storage, plan
 from .patterns import Group, is_view, match_conv, match_gemm, match_layernorm, only_user, scalar_value
@@ -74,7 +77,8 @@ class KernelStep(Step):
 
 @dataclass(eq=False)
 class GemmStep(Step):
-    """D = A @ B (+ bias row) (+ C) over ``batch`` matrices; layouts are (row, col, batch) strides."""
+    """D = A @ B (+ bias row) (+ C) over ``batch`` matrices; layouts are (row, col, batch) strides.
+    ``dtype`` is A's and B's; D has its buffer's type (int32 / float for int8 / fp8: ``quant.py``)."""
 
     dtype: DType = DType.float_type
     batch: int = 1
@@ -107,9 +111,15 @@ class Lowered:
 
 class Lowering:
     def __init__(
-        self, module: Module, use_blas: bool, use_dnn: bool, channels_last: bool | None = None
+        self,
+        module: Module,
+        use_blas: bool,
+        use_dnn: bool,
+        channels_last: bool | None = None,
+        weights: WeightCache | None = None,
     ) -> None:
         self.m = module
+        self.weight_cache = weights  # host layouts of weights, shared with other shapes' compiles
         # NHWC activations for 2-D convolutions (tensor-core kernels want them); None = decide per model.
         self.channels_last = channels_last
         # Where a convolution's bias/residual/relu run: in cuDNN's fused call ("cudnn"), or as one
@@ -229,6 +239,20 @@ class Lowering:
             self.bufs[id(ins)] = Buf(src.storage, src.offset, src.shape.with_type(ins.shape.type))
         elif ins.name == "dot":
             self._dot(ins)
+        elif ins.name == "fused_attention":  # fuse/attention.py made it: one flash-attention kernel
+            self._attention(ins)
+        elif ins.name in ("quant_dot", "quant_convolution", "quantizelinear"):
+            from .quant import lower_quant  # quant.py builds on this module
+
+            lower_quant(self, ins)
+        elif ins.name == "group_query_attention":  # a tuple: its get_tuple_elem readers take the parts
+            from .gqa import lower_gqa  # gqa.py builds on this module
+
+            parts = lower_gqa(self, ins)
+            for u in ins.outputs:
+                self.bufs[id(u)] = parts[u.op.index]  # type: ignore[attr-defined]
+        elif ins.name == "get_tuple_elem" and id(ins) in self.bufs:
+            pass  # set with its tuple's steps
         elif ins.name == "convolution" and self._conv_on_dnn(ins):
             self._conv(Group("conv", ins, [ins], {"bias": None, "residual": None, "relu": False}))
         elif isinstance(ins.op, ModuleOp) or ins.module_args:
@@ -305,10 +329,17 @@ class Lowering:
         base = ins
         if base.is_literal() and w.shape.standard():
             value = np.asarray(base.op.value)  # type: ignore[attr-defined]
-            krsc = np.ascontiguousarray(value.transpose(0, 2, 3, 1))
+            krsc = self._derived(base, ("krsc",), lambda: np.ascontiguousarray(value.transpose(0, 2, 3, 1)))
             buf = self._weight(krsc, "conv weight (KRSC)")
             return Buf(buf.storage, 0, nhwc_shape(w.shape))
         return self._relayout(w, "conv weight")
+
+    def _derived(self, lit: Instruction, what: tuple, make: Callable[[], np.ndarray]) -> np.ndarray:
+        """``make()``, computed from the literal ``lit`` alone: one array for every compile of the subgraph
+        (so its device copy is shared too: ``weights.py``)."""
+        if self.weight_cache is None:
+            return make()
+        return self.weight_cache.derive_array(what, lit.op, make)  # type: ignore[arg-type]
 
     def _copy(self, src: Buf, label: str) -> Buf:
         out = self._new(src.shape.as_standard(), label)
@@ -341,8 +372,20 @@ class Lowering:
         self._emit(KernelStep(f"pointwise {root.name}", inputs, [out], spec=spec, expr=expr))
         self.bufs[id(root)] = out
 
+    def _attention(self, ins: Instruction) -> None:
+        args = [self._read(a) for a in ins.inputs]
+        out = self._new(ins.shape.as_standard(), "attention")
+        spec = attention_kernel(
+            self._name(ins), ins.op, [a.shape for a in args], out.shape, ins.module_args[0]
+        )
+        info = {"modules": ins.module_args}  # the simulator runs the body
+        self._emit(KernelStep("attention", args, [out], spec=spec, op=ins.op, args=info))
+        self.bufs[id(ins)] = out
+
     def _generic(self, ins: Instruction) -> None:
         args = [self._read(a) for a in ins.inputs]
+        if ins.name == "resize":  # its coordinate tables are data, so one source serves every size
+            args.append(self._weight(K.resize_table(ins.op, args[0].shape), "resize table"))
         keeps_layout = ins.name in ("pooling", "pad") and _is_nhwc(args[0].shape)
         out = self._new(ins.shape.as_standard(), ins.name, keeps_layout)
         spec = K.kernel_for(self._name(ins), ins.op, [a.shape for a in args], out.shape)
@@ -532,12 +575,15 @@ def _identity_op() -> Op:
 _IDENTITY = _identity_op()
 
 
-def instruction_supported(ins: Instruction) -> str | None:
+def instruction_supported(ins: Instruction, cc: tuple[int, int] | None = None) -> str | None:
     """None when the gpu target can lower ``ins`` alone, with a kernel of its own or through its
-    decomposition (``decompose``); else why not (the partitioner's question)."""
+    decomposition (``decompose``); else why not (the partitioner's question). ``cc``: the GPU's compute
+    capability, for what needs a newer one (fp8); None when unknown (nothing is refused for it)."""
     reason = kernel_supported(ins)
     if reason is None:
-        return None
+        from .quant import device_reason
+
+        return device_reason(ins, cc)
     from .decompose import decomposition_supported  # decompose imports this module
 
     return decomposition_supported(ins, reason)
@@ -547,10 +593,22 @@ def kernel_supported(ins: Instruction) -> str | None:
     """None when ``ins`` lowers to a step of its own (a kernel, a library call, a view); else why not."""
     if ins.is_param() or ins.is_literal() or ins.is_return() or is_view(ins):
         return None
+    if ins.name == "fused_attention":
+        return attention_supported(ins.op, [a.shape for a in ins.inputs], ins.shape, ins.module_args[0])
     if isinstance(ins.op, ModuleOp) or ins.module_args:
         return f"{ins.name}: control flow does not run on the gpu target"
     if ins.name == "bit_cast":  # a view of the same bytes (element widths are equal)
         return K.pointwise_supported(_IDENTITY, [ins.inputs[0].shape.type, ins.shape.type])
+    if ins.name == "group_query_attention":
+        from .gqa import gqa_supported  # gqa.py builds on this module
+
+        return gqa_supported(ins)
+    if ins.name == "get_tuple_elem" and ins.inputs[0].name == "group_query_attention":
+        return kernel_supported(ins.inputs[0])
+    if ins.name in ("quant_dot", "quant_convolution", "quantizelinear"):
+        from .quant import quant_supported
+
+        return quant_supported(ins)
     if ins.name in ("dot", "convolution", "reshape", "flatten", "contiguous"):
         if ins.name == "convolution" and ins.shape.type not in GEMM_TYPES:
             return K.supported(ins.op, [a.shape for a in ins.inputs], ins.shape)
@@ -582,17 +640,23 @@ def plan_lowered(lowered: Lowered) -> int:
     return plan(lowered.storages)
 
 
-def unsupported(module: Module) -> str | None:
+def unsupported(module: Module, cc: tuple[int, int] | None = None) -> str | None:
     """Why the gpu target cannot lower ``module`` (its first instruction without a kernel), or None."""
     for ins in module.instructions:
-        reason = instruction_supported(ins)
+        reason = instruction_supported(ins, cc)
         if reason is not None:
             return reason
     return None
 
 
-def lower(module: Module, use_blas: bool, use_dnn: bool, channels_last: bool | None = None) -> Lowered:
-    return Lowering(module, use_blas, use_dnn, channels_last).run()
+def lower(
+    module: Module,
+    use_blas: bool,
+    use_dnn: bool,
+    channels_last: bool | None = None,
+    weights: WeightCache | None = None,
+) -> Lowered:
+    return Lowering(module, use_blas, use_dnn, channels_last, weights).run()
 
 
 __all__ = ["Buf", "ConvStep", "GemmStep", "KernelStep", "Lowered", "Step", "instruction_supported", "lower"]

@@ -20,9 +20,11 @@ from ....ir.instruction import Instruction
 from ....ir.module import Module
 from ....ir.operation import make_op
 from ....ir.shape import Shape
+from ....ir.weights import WeightCache
 from ....passes.dead_code_elimination import DEAD_CODE_ELIMINATION as DCE
 from ....passes.manager import Pass
 from ....passes.pipelines import ref_pipeline
+from ....passes.simplify_qdq import SIMPLIFY_QDQ
 from ..kernels.spec import Unsupported
 from .attention import decompose_attention, decompose_rotary_embedding
 from .builder import Builder
@@ -120,9 +122,14 @@ def decompose_ops(m: Module) -> bool:
 DECOMPOSE_OPS = Pass("decompose_ops", decompose_ops)
 
 
-def gpu_pipeline() -> list[Pass]:
-    """The gpu target's passes: decompositions first, so the shared simplifications see their parts."""
-    return [DECOMPOSE_OPS, DCE, *ref_pipeline()]
+def gpu_pipeline(weights: WeightCache | None = None) -> list[Pass]:
+    """The gpu target's passes: dot/convolution of dequantised int8/fp8 operands become quant_dot /
+    quant_convolution first (MIGraphX's gpu pipeline does too; the ref keeps dequantise-first as its
+    oracle), then decompositions, so the shared simplifications see their parts (``weights``: see
+    ``ref_pipeline``); fusions last, on the simplified chains they match."""
+    from ..fuse import FUSE_ATTENTION
+
+    return [SIMPLIFY_QDQ, DCE, DECOMPOSE_OPS, DCE, *ref_pipeline(weights), FUSE_ATTENTION, DCE]
 
 
 __all__ = ["DECOMPOSE_OPS", "DECOMPOSITIONS", "decompose_ops", "decomposition_supported", "gpu_pipeline"]

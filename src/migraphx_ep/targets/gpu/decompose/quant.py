@@ -28,7 +28,11 @@ def decompose_quantizelinear(b: Builder, ins: Instruction) -> Instruction:
     q = b.pw("nearbyint", b.pw("div", b.convert(x, ct), b.convert(s, ct)))
     if zp:
         q = b.pw("add", q, b.convert(zp[0], ct))
-    q = b.pw("where", b.pw("isnan", q), 0, q)
+    if to_numpy(out).itemsize > 2:
+        q = b.pw("where", b.pw("isnan", q), 0, q)
+    # else clip keeps a NaN and converting it to an 8/16-bit integer gives 0 (the low bits of x86's
+    # "integer indefinite", numpy's astype and the prelude's mx_cvt alike): nan_to_num's 0 without
+    # reading q twice, so the whole chain stays one fused kernel (a value with two readers ends one).
     info = np.iinfo(to_numpy(out))
     return b.convert(b.pw("clip", q, int(info.min), int(info.max), t=ct), out)
 

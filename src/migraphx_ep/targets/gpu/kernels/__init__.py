@@ -3,6 +3,7 @@
 ``kernel_for`` dispatches on the op's name; ``supported`` answers the partitioner's question (can this
 instruction get a kernel?) without generating or compiling anything. Fused pointwise expressions go to
 ``pointwise_kernel`` and layer-norm rows to ``layernorm_kernel`` directly (the lowering builds those).
+A resize kernel reads a second input besides the op's own: its coordinate tables (``resize_table``).
 """
 
 from __future__ import annotations
@@ -18,10 +19,7 @@ from .data import (
     concat_kernel,
     onehot_kernel,
     pad_kernel,
-    pooling_kernel,
     raw_type,
-    resize_kernel,
-    resize_supported,
     reverse_kernel,
     scan_kernel,
     trilu_kernel,
@@ -29,16 +27,11 @@ from .data import (
 from .gather import gather_elements_kernel, gather_kernel, gathernd_kernel
 from .gemm import gemm_kernel, gemm_supported
 from .pointwise import POINTWISE_OPS, pointwise_kernel, pointwise_supported
+from .pooling import pooling_kernel
 from .prelude import PRELUDE, c_type
-from .reduce import (
-    REDUCE_OPS,
-    SOFTMAX_OPS,
-    layernorm_kernel,
-    reduce_kernel,
-    reduce_supported,
-    softmax_kernel,
-    softmax_supported,
-)
+from .reduce import REDUCE_OPS, SOFTMAX_OPS, reduce_kernel, reduce_supported
+from .resize import resize_kernel, resize_supported, resize_table
+from .rows import layernorm_kernel, softmax_kernel, softmax_supported
 from .spec import KernelSpec, PwConst, PwExpr, PwInput, PwOp, Unsupported
 
 Make = Callable[[str, Op, list[Shape], Shape], KernelSpec]
@@ -131,6 +124,7 @@ __all__ = [
     "pointwise_kernel",
     "pointwise_supported",
     "reduce_kernel",
+    "resize_table",
     "softmax_kernel",
     "supported",
 ]

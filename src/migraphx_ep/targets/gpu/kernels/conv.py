@@ -4,7 +4,9 @@ a direct kernel, one thread per output element, correctness first.
 y[n, m, o...] = sum over c < C/group and window k... of x[n, g*C/group + c, o*s + k*d - p] * w[m, c, k]
 with g = m / (M/group). Output elements are walked in the output's memory order (NCHW or NHWC), so
 neighbouring threads read neighbouring inputs and the same filter taps. Floats accumulate with fma in
-float (double for double); int32 accumulates in uint32, wrapping like the ref's int32 matmul.
+float (double for double); int32 accumulates in uint32, wrapping like the ref's int32 matmul. The same
+kernel runs ``quant_convolution``: int8 data and weights into an int32 result (uint32 accumulator), fp8
+E4M3 decoded to float (``kernels/quant.py``) into a float result.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from ....ir.operation import Op
 from ....ir.shape import Shape
 from .data import index_kernel
 from .prelude import NARROW, c_type, check_strides, offset
+from .quant import FP8_LOADERS, with_fp8
 from .spec import KernelSpec, Unsupported
 
 
@@ -23,7 +26,9 @@ def conv_supported(op: Op, x: Shape, w: Shape, out: Shape) -> str | None:
     if x.type != w.type:
         return f"convolution of {x.type.name} with {w.type.name} weights"
     try:
-        c_type(x.type)
+        if x.type not in FP8_LOADERS:
+            c_type(x.type)
+        c_type(out.type)
         check_strides(x, w, out)
         op.attrs(x.ndim() - 2)  # type: ignore[attr-defined]
     except Exception as e:  # noqa: BLE001 - Unsupported or the op's own ShapeError
@@ -40,7 +45,10 @@ def conv_kernel(name: str, op: Op, x: Shape, w: Shape, out: Shape) -> KernelSpec
     pad, st, dil = op.attrs(k)  # type: ignore[attr-defined]
     group = op.group  # type: ignore[attr-defined]
     cg, mg = w.lens[1], w.lens[0] // group
-    if t in NARROW or t == DType.float_type:
+    load = FP8_LOADERS.get(t)
+    if load is not None:
+        acc, mac = "float", f"acc = fmaf({load}(xv), {load}(wv), acc);"
+    elif t in NARROW or t == DType.float_type:
         acc, mac = "float", "acc = fmaf(mx_ld(xv), mx_ld(wv), acc);"
     elif t == DType.double_type:
         acc, mac = "double", "acc = fma(xv, wv, acc);"
@@ -61,10 +69,11 @@ def conv_kernel(name: str, op: Op, x: Shape, w: Shape, out: Shape) -> KernelSpec
         body.append(f"{ind}if (s{i} < 0 || s{i} >= {x.lens[2 + i]}ll) continue;")
     xs = offset([f"(IDX)s{i}" for i in range(k)], x.strides[2:], "IDX")
     ws = offset([f"(IDX)k{i}" for i in range(k)], w.strides[2:], "IDX")
-    ct = c_type(t)
+    ct = "u8" if load else c_type(t)
     body.append(f"{ind}const {ct} xv = in0[xb + {xs}], wv = in1[wb + {ws}];")
     body.append(f"{ind}{mac}")
     for i in range(k, -1, -1):
         body.append("  " * i + "}")
     body.append(f"out0[oo] = mx_cvt<{c_type(out.type)}>(({'i32' if acc == 'u32' else acc})acc);")
-    return index_kernel(name, [x, w], [ct, ct], out, c_type(out.type), body)
+    spec = index_kernel(name, [x, w], [ct, ct], out, c_type(out.type), body)
+    return with_fp8(spec) if load else spec

@@ -1,8 +1,8 @@
 """Fused elementwise kernels from ``PwExpr`` trees.
 
-Each IR op maps to a C expression on compute types (``_UNARY``/``_BINARY``/``_OTHER``); the op classes'
-own ``cpp`` templates are the starting point, rewritten where C's meaning differs from numpy's (NaN in
-max/relu, integer overflow and division, sign of zero, erf/pow precision). Every op's result is rounded
+Each IR op's C expression on compute types is the op's own ``cpp`` (its one device meaning, see
+ops/base.py), written with the prelude's ``mx_*`` helpers where C's meaning differs from numpy's (NaN
+in max/relu, integer overflow and division, sign of zero, erf/pow precision). Every op's result is rounded
 to its IR type (``mx_round``), so a fused chain of half ops rounds where the ref's chain of ops does.
 
 Iteration follows the output's memory order (coalesced stores); dims that are contiguous in every
@@ -14,8 +14,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from .... import ops as _ops  # noqa: F401 - every op class registered before POINTWISE_OPS is read
 from ....ir.dtypes import FLOAT_TYPES, DType, to_numpy
-from ....ir.operation import Op
+from ....ir.operation import OPS, Op
 from ....ir.shape import Shape, standard_strides
 from ....ops.pointwise import zero_divisor_message
 from .params import Params
@@ -39,76 +40,12 @@ from .prelude import (
 from .spec import Check, KernelSpec, PwConst, PwExpr, PwInput, PwOp, Unsupported
 from .transpose import n_tiles, tiled_body, transposed_dim
 
-_UNARY = {
-    "abs": "mx_abs({0})",
-    "neg": "mx_neg({0})",
-    "sign": "mx_sign({0})",
-    "relu": "mx_max({0}, ({C})0)",
-    "identity": "{0}",
-    "contiguous": "{0}",
-    "exp": "exp({0})",
-    "log": "log({0})",
-    "sqrt": "sqrt({0})",
-    "rsqrt": "(({C})1 / sqrt({0}))",  # rsqrt() is not correctly rounded; numpy divides by sqrt
-    "recip": "(({C})1 / {0})",
-    # CUDA's erff is within 2 ulp of float's correctly rounded value (the ref's erf is libm's in double,
-    # rounded once); evaluating in double would cost 10x in GELU-heavy models for that last ulp.
-    "erf": "erf({0})",
-    **{f: f"{f}({{0}})" for f in ("sin", "cos", "tan", "asin", "acos", "atan", "sinh", "cosh", "tanh")},
-    **{f: f"{f}({{0}})" for f in ("asinh", "acosh", "atanh", "ceil", "floor", "nearbyint")},
-    "isnan": "({0} != {0})",
-    "isinf": "(bool)isinf({0})",
-    "not": "(!{0})",
-    "bitwise_not": "(~{0})",
-    "sigmoid": "(({C})1 / (({C})1 + exp(-{0})))",
-    "softsign": "({0} / (({C})1 + fabs({0})))",
-    "softplus": "mx_softplus({0})",
-    "mish": "({0} * tanh(mx_softplus({0})))",
-    "hard_swish": "({0} * mx_min(mx_max({0} / ({C})6 + ({C})0.5, ({C})0), ({C})1))",
-    # numpy: (0.5 * x) in x's type times (1 + erf(x / sqrt 2)) in double, then back to x's type
-    "gelu": "(({C})((double)(({C})0.5 * {0}) * (1.0 + erf((double){0} / 1.4142135623730951))))",
-    "gelu_tanh": "(({C})(0.5 * (double){0} * (1.0 + tanh(0.7978845608028654 * ((double){0} + 0.044715 * "
-    "((double){0} * (double){0} * (double){0}))))))",
-    "leaky_relu": "({0} >= 0 ? {0} : {alpha} * {0})",
-    "elu": "({0} >= 0 ? {0} : {alpha} * expm1({0}))",
-    "selu": "({0} > 0 ? {gamma} * {0} : {gamma} * ({alpha} * expm1({0})))",
-    "celu": "(mx_max({0}, ({C})0) + mx_min(({C})0, {alpha} * expm1({0} / {alpha})))",
-    "thresholded_relu": "({0} > {alpha} ? {0} : ({C})0)",
-    "hard_sigmoid": "mx_min(mx_max(mx_mul_rn({alpha}, {0}) + {beta}, ({C})0), ({C})1)",  # no fma: 2 roundings
-    "shrink": "({0} < {neg_lambd} ? {0} + {bias} : ({0} > {lambd} ? {0} - {bias} : ({C})0))",
-    "quick_gelu": "({0} * (({C})1 / (({C})1 + exp(-({alpha} * {0})))))",
-}
-_BINARY = {
-    "add": "mx_add({0}, {1})",
-    "sub": "mx_sub({0}, {1})",
-    "mul": "mx_mul({0}, {1})",
-    "div": "mx_div({0}, {1})",
-    "pow": "mx_pow({0}, {1})",
-    "mod": "mx_mod({0}, {1})",
-    "fmod": "mx_fmod({0}, {1})",
-    "max": "mx_max({0}, {1})",
-    "min": "mx_min({0}, {1})",
-    "prelu": "({0} < 0 ? mx_mul({0}, {1}) : {0})",
-    "bitwise_and": "({0} & {1})",
-    "bitwise_or": "({0} | {1})",
-    "bitwise_xor": "({0} ^ {1})",
-    "shift_left": "mx_shl({0}, {1})",
-    "shift_right": "mx_shr({0}, {1})",
-    "logical_and": "({0} && {1})",
-    "logical_or": "({0} || {1})",
-    "logical_xor": "({0} != {1})",
-    "equal": "({0} == {1})",
-    "greater": "({0} > {1})",
-    "less": "({0} < {1})",
-    "greater_or_equal": "({0} >= {1})",
-    "less_or_equal": "({0} <= {1})",
-}
-_OTHER = {"where": "({0} ? {1} : {2})", "clip": "mx_min(mx_max({0}, {1}), {2})", "convert": "{0}"}
 _ATTR_OPS = frozenset(
     {"leaky_relu", "elu", "selu", "celu", "thresholded_relu", "hard_sigmoid", "shrink", "quick_gelu"}
 )
-# "contiguous" has an expression (a copy) but is left to the lowering, which wants its result standard.
-POINTWISE_OPS: frozenset[str] = (frozenset(_UNARY) | frozenset(_BINARY) | frozenset(_OTHER)) - {"contiguous"}
+# Every op with a device expression (its ``cpp``: the op owns its meaning, see ops/base.py). "contiguous"
+# has one (a copy) but is left to the lowering, which wants its result standard.
+POINTWISE_OPS: frozenset[str] = frozenset(n for n, c in OPS.items() if getattr(c, "cpp", "")) - {"contiguous"}
 
 
 def pointwise_supported(op: Op, in_types: list[DType]) -> str | None:
@@ -141,9 +78,9 @@ def _attrs(op: Op, t: DType) -> dict[str, str]:
 def _expr(op: Op, args: list[str], types: list[DType]) -> str:
     """The C expression of ``op`` on compute values ``args`` (before rounding to its result type)."""
     name = op.name
-    template = _UNARY.get(name) or _BINARY.get(name) or _OTHER.get(name)
-    if template is None:
-        raise Unsupported(f"{name} has no gpu kernel expression")
+    template = getattr(op, "cpp", "")
+    if not template:
+        raise Unsupported(f"{name} has no device expression")
     t = types[-1] if name in ("where", "clip") else types[0]
     if name == "convert" and t in NARROW and op.target_type == DType.uint32_type:  # type: ignore[attr-defined]
         return f"mx_cvtt64({args[0]})"  # numpy and ml_dtypes go through int64 here (unlike float)
@@ -321,17 +258,19 @@ def _rowvec_body(
 ) -> tuple[str, int] | None:
     """Views whose innermost dim is contiguous (or broadcast) in every operand, e.g. a per-channel
     scale over NCHW: the loop moves 16-byte vectors along that dim. Returns the vector loop and an
-    ``else {`` that the caller closes around the scalar loop, or None."""
+    ``else {`` that the caller closes around the scalar loop, or None. Whether the innermost dim and
+    the strides are multiples of the vector is a run-time flag (with the pointers' alignment), so
+    image sizes that are and are not share the kernel."""
     unit = [st[-1] == 1 for st in strides]
     if len(lens) < 2 or not unit[0] or any(st[-1] not in (0, 1) for st in strides):
         return None
     v = vector_width(*(t for t, u in zip(types, unit, strict=True) if u))
-    if (
-        v == 1
-        or lens[-1] % v
-        or any(x % v for st, u in zip(strides, unit, strict=True) if u for x in st[:-1])
-    ):
+    fits = not lens[-1] % v and not any(
+        x % v for st, u in zip(strides, unit, strict=True) if u for x in st[:-1]
+    )
+    if v == 1 or not (fits or p.runtime):  # baked sizes: no vector loop that this shape never takes
         return None
+    flag = p(int(fits))
     vlens = [p(x) for x in [*lens[:-1], lens[-1] // v]]
     digits = [f"d{k}" for k in range(len(lens))]
     ct = [c_type(t) for t in types]
@@ -344,7 +283,7 @@ def _rowvec_body(
     check = " | ".join(
         f"((u64){p} % {v * to_numpy(t).itemsize})" for p, t, u in zip(ptrs, types, unit, strict=True) if u
     )
-    lines = [f"  if (({check}) == 0) {{"]
+    lines = [f"  if ({flag} != 0 && ({check}) == 0) {{"]
     nv, step = p(n // v), f"gridDim.x * {BLOCK}u"
     lines.append(f"  for ({idx} q = blockIdx.x * {BLOCK}u + threadIdx.x; q < {nv}; q += {step}) {{")
     lines += ["    " + x for x in decompose("q", vlens, "d", idx)]
@@ -363,7 +302,7 @@ def _rowvec_body(
         f"    for (int j = 0; j < {v}; ++j) r.v[j] = mx_elem({', '.join(args)});",
     ]
     lines += [f"    *reinterpret_cast<mx_vec<{ct[0]}, {v}>*>(out0 + {off(0)}) = r;", "  }", "  } else {"]
-    return "\n".join(lines) + "\n", n // v
+    return "\n".join(lines) + "\n", n // v if fits else n
 
 
 def _strided_body(n: int, idx: str, lens: list[int], strides: list[list[int]], n_in: int, p: Params) -> str:

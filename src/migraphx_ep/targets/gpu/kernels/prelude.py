@@ -22,7 +22,7 @@ import numpy as np
 
 from ....ir.dtypes import DType, to_numpy
 from ....ir.shape import Shape
-from .params import Dim, c_dim
+from .params import Dim, Params, c_dim
 from .spec import Unsupported
 
 PRELUDE = r"""
@@ -365,12 +365,17 @@ class Walk:
     def size(self) -> int:
         return math.prod(self.lens)
 
-    def offsets(self, var: str, prefix: str, idx: str) -> tuple[list[str], list[str]]:
-        """C lines splitting ``var`` into digits, and each tensor's offset expression."""
+    def offsets(
+        self, var: str, prefix: str, idx: str, p: Params | None = None
+    ) -> tuple[list[str], list[str]]:
+        """C lines splitting ``var`` into digits, and each tensor's offset expression; lens and strides
+        other than 0 and 1 are run-time arguments when ``p`` is given."""
+        strides: list[list[Dim]] = [[p.stride(x) for x in st] if p else list(st) for st in self.strides]
         if len(self.lens) <= 1:
-            return [], [offset([var] * len(self.lens), st, idx) for st in self.strides]
+            return [], [offset([var] * len(self.lens), st, idx) for st in strides]
         digits = [f"{prefix}{k}" for k in range(len(self.lens))]
-        return decompose(var, self.lens, prefix, idx), [offset(digits, st, idx) for st in self.strides]
+        lens: list[Dim] = [p(n) for n in self.lens] if p else list(self.lens)
+        return decompose(var, lens, prefix, idx), [offset(digits, st, idx) for st in strides]
 
 
 def walk(shapes: Sequence[Shape], dims: Sequence[int], order: Sequence[int]) -> Walk:

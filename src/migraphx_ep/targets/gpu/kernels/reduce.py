@@ -1,22 +1,32 @@
-"""Reductions, softmax and layer norm.
+"""Reductions (reduce_*, argmax/argmin), and the schedules global pooling shares (``reduction_kernel``).
 
-Reductions pick one of four schedules from where the reduced elements sit in memory: a warp (or a
-block, for long rows and few outputs) per output when they are the fast-moving dims; a thread per output
-(coalesced across neighbouring outputs) when the kept dims are; 32 outputs x 8 slices per block when the
-kept dims are fast but there are too few outputs to fill the GPU; a plain thread loop for tiny rows.
+The output count ``M``, the reduced count ``R`` and every len and stride other than 0 and 1 are
+run-time arguments (``Params``), so a new shape of the same structure reuses the compiled kernel. The
+schedule follows where the reduced elements sit in memory and the size class of ``R`` and ``M``:
 
-Softmax and layer norm read each row once into registers (rows up to 8192 elements), reduce across the
-threads of the row with shuffles, and write it once; groups of 1..32 lanes share a row when rows are
-short. Longer rows, and softmax along a dim that is not the fastest in memory, re-read global memory.
+* thread: a thread per output, for rows of at most 16 elements, and for 65536+ outputs whose kept dims
+  are the fast ones (coalesced across neighbouring outputs);
+* row: the reduced elements are the fast-moving dims (NCHW pooling): a warp per output, or the block
+  for long rows (> 4096) and few outputs (< 1024); a row that is one contiguous run moves vectors
+  when the run-time flag (kept strides are multiples of ``V``) and the pointer's alignment allow;
+* wide: the kept dims are fast (NHWC pooling: channels) and rows long (>= 128): a block per group of
+  ``V`` neighbouring outputs, its threads (1024 for rows of 8192+) striding the reduced elements with
+  one vector load per position when the group is contiguous and aligned, then one block reduction;
+* split: kept dims fast and rows short: 32 neighbouring outputs x 8 slices per block, then combined.
+
+Softmax and layer norm rows are in ``rows.py``.
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable
 
 import numpy as np
 
 from ....ir.dtypes import SIGNED_INT_TYPES, DType, is_float, to_numpy
 from ....ir.operation import Op
 from ....ir.shape import Shape
+from .params import Params
 from .prelude import (
     BLOCK,
     NARROW,
@@ -40,6 +50,12 @@ REDUCE_OPS = frozenset(
 )
 SOFTMAX_OPS = frozenset({"softmax", "logsoftmax"})
 _SPLIT = 8  # r-slices per block in the split schedule (32 outputs x 8 warps)
+_WIDE = 8192  # rows at least this long get 1024 threads per block in the wide schedule
+
+# (state type, initial state, state of element ``x`` at reduced index ``r``, combine functor, output
+# element of state ``s``); built from (R, the C name of the reduced count).
+Functor = tuple[str, str, str, str, str]
+MakeFunctor = Callable[[int, str], Functor]
 
 
 def acc_type(t: DType) -> str:
@@ -55,8 +71,7 @@ def _axes(op: Op, rank: int) -> tuple[int, ...]:
     return tuple(sorted({a % rank for a in op.axes}))  # type: ignore[attr-defined]
 
 
-def _functor(op: Op, t: DType, r: int) -> tuple[str, str, str, str, str]:
-    """(state type, initial state, element -> state, combine functor, state -> output element)."""
+def _functor(op: Op, t: DType, r: int, rc: str) -> Functor:
     name, out_c, c = op.name, c_type(t), compute_type(t)
     if name in ("argmax", "argmin"):
         last = "true" if op.select_last_index else "false"  # type: ignore[attr-defined]
@@ -72,12 +87,12 @@ def _functor(op: Op, t: DType, r: int) -> tuple[str, str, str, str, str]:
     finish = f"mx_cvt<{out_c}>(s)"
     if name == "reduce_mean":
         if a in ("float", "double"):
-            finish = f"mx_cvt<{out_c}>(s / ({a}){r})"
+            finish = f"mx_cvt<{out_c}>(s / ({a}){rc})"
         elif r == 0:
             finish = f"({out_c})0"
         else:  # truncating division of the wrapped sum, as the ref computes it
             wide = "i64" if t in SIGNED_INT_TYPES else "u64"
-            finish = f"({out_c})(({wide})s / ({wide}){r})"
+            finish = f"({out_c})(({wide})s / ({wide}){rc})"
     return a, init, f"({a})mx_ld(x)", fn, finish
 
 
@@ -91,7 +106,7 @@ def extreme(t: DType, high: bool) -> str:
     return c_literal(int(info.max if high else info.min), t)
 
 
-def _fastest(s: Shape, dims: list[int]) -> int | None:
+def fastest(s: Shape, dims: list[int]) -> int | None:
     """The smallest stride among ``dims`` of ``s`` that are longer than 1 (None: there are none)."""
     st = [s.strides[d] for d in dims if s.lens[d] > 1]
     return min(st) if st else None
@@ -113,289 +128,196 @@ def reduce_kernel(name: str, op: Op, input: Shape, out: Shape) -> KernelSpec:  #
     why = reduce_supported(op, [input], out)
     if why:
         raise Unsupported(why)
-    rank = input.ndim()
-    axes = _axes(op, rank)
-    kept = [d for d in range(rank) if d not in axes]
-    kw = walk([input, out], kept, out.strides)
-    rw = walk([input], axes, input.strides)
-    m, r = kw.size(), rw.size()
-    sig = signature(name, [c_type(input.type)], [c_type(out.type)])
-    if m == 0:
-        return KernelSpec(name, PRELUDE + sig + " {}\n", (1, 1, 1), (BLOCK, 1, 1))
-    idx = index_type(span(input, out))
-    s, init, elem, fn, finish = _functor(op, input.type, r)
-    r_lines, (r_off,) = rw.offsets("r", "e", idx)
-    head = PRELUDE + f"typedef {s} mx_s;\n"
-    head += f"MX_DEV mx_s mx_elem(const {c_type(input.type)}* __restrict__ in0, {idx} base, {idx} r) {{\n"
-    head += (
-        "".join(f"  {x}\n" for x in r_lines)
-        + f"  const auto x = in0[base + {r_off}];\n  return {elem};\n}}\n"
-    )
-    head += f"MX_DEV {c_type(out.type)} mx_finish(mx_s s) {{ return {finish}; }}\n"
+    axes = _axes(op, input.ndim())
+    return reduction_kernel(name, input, out, axes, lambda r, rc: _functor(op, input.type, r, rc))
 
-    red_inner, kept_inner = _fastest(input, list(axes)), _fastest(input, kept)
+
+def reduction_kernel(
+    name: str, x: Shape, out: Shape, axes: tuple[int, ...], functor: MakeFunctor
+) -> KernelSpec:
+    """``out`` (``x`` with ``axes`` reduced to 1) from ``functor``'s state, combine and finish."""
+    rank = x.ndim()
+    kept = [d for d in range(rank) if d not in axes]
+    kw, rw = walk([x, out], kept, out.strides), walk([x], list(axes), x.strides)
+    m, r = kw.size(), rw.size()
+    in_c, out_c = c_type(x.type), c_type(out.type)
+    if m == 0:
+        return KernelSpec(
+            name, PRELUDE + signature(name, [in_c], [out_c]) + " {}\n", (1, 1, 1), (BLOCK, 1, 1)
+        )
+    idx = index_type(span(x, out))
+    p = Params(idx)
+    M, R = p(m), p(r)
+    s, init, elem, fn, finish = functor(r, R)
+    r_lines, (r_off,) = rw.offsets("r", "e", idx, p)
+    k_lines, (k_base, k_out) = kw.offsets("o", "k", idx, p)
+    lam = [
+        f"  auto mx_val = [&](const {in_c} x, {idx} r) -> mx_s {{ return {elem}; }};",
+        f"  auto mx_roff = [&]({idx} r) -> {idx} {{ " + " ".join(r_lines) + f" return {r_off}; }};",
+        f"  auto mx_elem = [&]({idx} base, {idx} r) -> mx_s {{ return mx_val(in0[base + mx_roff(r)], r); }};",
+        f"  auto mx_kept = [&]({idx} o, {idx}& base, {idx}& oo) {{ "
+        + " ".join(k_lines)
+        + f" base = {k_base}; oo = {k_out}; }};",
+        f"  auto mx_finish = [&](mx_s s) -> {out_c} {{ return {finish}; }};",
+    ]
+    sched = _Schedule(idx, in_c, init, fn, vector_width(x.type), M, R)
+    red_inner, kept_inner = fastest(x, list(axes)), fastest(x, kept)
+    threads = BLOCK
     if r <= 16:
-        body, grid = _thread(kw, idx, m, r, init, fn), grid_for(m)
+        body, grid = sched.thread(r), grid_for(m)
     elif kept_inner is None or (red_inner is not None and red_inner < kept_inner):
         tpr = BLOCK if (r > 4096 and m < 1024) else 32
-        body, grid = _row(kw, idx, m, r, init, fn, tpr), grid_for(m, BLOCK // tpr)
+        aligned = all(st % sched.v == 0 for st in kw.strides[0])
+        contiguous = len(rw.lens) == 1 and rw.strides[0] == [1] and (aligned or p.runtime)
+        vok = p(int(aligned)) if contiguous else None
+        body, grid = sched.row(tpr, vok), grid_for(m, BLOCK // tpr)
+    elif r >= 128:
+        threads = 1024 if r >= _WIDE else BLOCK
+        vok = p(int(_groups_contiguous(kw, rw, sched.v)))
+        body, grid = sched.wide(threads, vok), grid_for(-(-m // sched.v), 1)
     elif m < 65536:
-        body, grid = _split(kw, idx, m, r, init, fn), grid_for(m, 32)
+        body, grid = sched.split(), grid_for(m, 32)
     else:
-        body, grid = _thread(kw, idx, m, r, init, fn), grid_for(m)
-    return KernelSpec(name, head + sig + " {\n" + body + "}\n", grid, (BLOCK, 1, 1))
+        body, grid = sched.thread(r), grid_for(m)
+    sig = signature(name, [in_c], [out_c], threads=threads, scalars=p.decls())
+    src = PRELUDE + f"typedef {s} mx_s;\n" + sig + " {\n" + "\n".join(lam) + "\n" + body + "}\n"
+    bits = 64 if idx == "u64" else 32
+    return KernelSpec(name, src, grid, (threads, 1, 1), 0, 1, 1, (), tuple(p.values), bits)
 
 
-def _bases(kw: Walk, var: str, idx: str, pad: str) -> list[str]:
-    lines, (base, oo) = kw.offsets(var, "k", idx)
-    return [pad + x for x in lines] + [f"{pad}const {idx} base = {base}, oo = {oo};"]
+def _groups_contiguous(kw: Walk, rw: Walk, v: int) -> bool:
+    """Whether each group of ``v`` neighbouring outputs reads ``v`` adjacent, vector-aligned elements:
+    the fastest kept dim is unit-stride with a multiple of ``v`` elements, other strides multiples of v."""
+    kept, red = kw.strides[0], rw.strides[0]
+    return kept[-1] == 1 and kw.lens[-1] % v == 0 and all(st % v == 0 for st in kept[:-1] + red)
 
 
-def _thread(kw: Walk, idx: str, m: int, r: int, init: str, fn: str) -> str:
-    """A thread per output, starting from the first element (so a 1-element reduce is a copy)."""
-    lines = [f"  for ({idx} o = blockIdx.x * {BLOCK}u + threadIdx.x; o < {m}u; o += gridDim.x * {BLOCK}u) {{"]
-    lines += _bases(kw, "o", idx, "    ")
-    lines.append(f"    mx_s acc = {'mx_elem(in0, base, 0)' if r else init};")
-    lines.append(f"    for ({idx} r = 1; r < {r}u; ++r) acc = {fn}()(acc, mx_elem(in0, base, r));")
-    lines += ["    out0[oo] = mx_finish(acc);", "  }"]
-    return "\n".join(lines) + "\n"
+class _Schedule:
+    """Kernel bodies over the lambdas ``reduction_kernel`` defines (``mx_val``, ``mx_roff``, ``mx_elem``,
+    ``mx_kept``, ``mx_finish``); ``M`` and ``R`` are the C names of the output and reduced counts."""
 
+    def __init__(self, idx: str, in_c: str, init: str, fn: str, v: int, M: str, R: str) -> None:
+        self.idx, self.in_c, self.init, self.fn, self.v, self.M, self.R = idx, in_c, init, fn, v, M, R
+        self.vt = f"mx_vec<{in_c}, {v}>"
 
-def _row(kw: Walk, idx: str, m: int, r: int, init: str, fn: str, tpr: int) -> str:
-    """A warp (tpr 32) or the block (tpr 256) per output; lanes stride the reduced elements."""
-    if tpr == BLOCK:
-        loop, t, red = (
-            f"{idx} o = blockIdx.x; o < {m}u; o += gridDim.x",
-            "threadIdx.x",
-            f"mx_block_reduce<{BLOCK}>",
-        )
-    else:
-        first = f"(blockIdx.x * {BLOCK}u + threadIdx.x) / 32u"
-        loop = f"{idx} o = {first}; o < {m}u; o += gridDim.x * {BLOCK // 32}u"
-        t, red = "threadIdx.x % 32u", "mx_warp_reduce<32>"
-    lines = [f"  for ({loop}) {{"] + _bases(kw, "o", idx, "    ")
-    lines.append(f"    mx_s acc = {init};")
-    lines.append(f"    for ({idx} r = {t}; r < {r}u; r += {tpr}u) acc = {fn}()(acc, mx_elem(in0, base, r));")
-    lines.append(f"    acc = {red}(acc, {fn}());")
-    lines += [f"    if ({t} == 0) out0[oo] = mx_finish(acc);", "  }"]
-    return "\n".join(lines) + "\n"
+    def _vec(self, flag: str) -> str:
+        return f"  const bool vec = {flag} != 0 && (u64)in0 % sizeof({self.vt}) == 0;"
 
+    def thread(self, r: int) -> str:
+        """A thread per output, starting from the first element (so a 1-element reduce is a copy)."""
+        idx, fn, M = self.idx, self.fn, self.M
+        return "\n".join([
+            f"  for ({idx} o = blockIdx.x * {BLOCK}u + threadIdx.x; o < {M}; o += gridDim.x * {BLOCK}u) {{",
+            f"    {idx} base, oo; mx_kept(o, base, oo);",
+            f"    mx_s acc = {'mx_elem(base, 0)' if r else self.init};",
+            f"    for ({idx} r = 1; r < {self.R}; ++r) acc = {fn}()(acc, mx_elem(base, r));",
+            "    out0[oo] = mx_finish(acc);",
+            "  }",
+        ]) + "\n"  # fmt: skip
 
-def _split(kw: Walk, idx: str, m: int, r: int, init: str, fn: str) -> str:
-    """32 neighbouring outputs per block, their reduced elements split over 8 warps, then combined."""
-    lines = [
-        f"  __shared__ mx_s part[{_SPLIT}][32];",
-        "  const u32 lane = threadIdx.x % 32u, slice = threadIdx.x / 32u;",
-        f"  for ({idx} ob = blockIdx.x * 32u; ob < {m}u; ob += gridDim.x * 32u) {{",
-        f"    const {idx} o = ob + lane;",
-        f"    mx_s acc = {init};",
-        f"    if (o < {m}u) {{",
-        *_bases(kw, "o", idx, "      "),
-        f"      for ({idx} r = slice; r < {r}u; r += {_SPLIT}u) acc = {fn}()(acc, mx_elem(in0, base, r));",
-        "    }",
-        "    part[slice][lane] = acc;",
-        "    __syncthreads();",
-        f"    if (slice == 0 && o < {m}u) {{",
-        *_bases(kw, "o", idx, "      "),
-        f"      for (int k = 1; k < {_SPLIT}; ++k) acc = {fn}()(acc, part[k][lane]);",
-        "      out0[oo] = mx_finish(acc);",
-        "    }",
-        "    __syncthreads();",
-        "  }",
-    ]
-    return "\n".join(lines) + "\n"
-
-
-# -- rows: softmax and layer norm ------------------------------------------------------------------------
-def _row_shape(n: int) -> tuple[int, bool]:
-    """(threads per row, whether the row is cached in registers; else global memory is re-read)."""
-    if n <= 1024:
-        tpr = 1
-        while tpr < 32 and tpr * 8 < n:
-            tpr *= 2
-        return tpr, True
-    return BLOCK, n <= 32 * BLOCK
-
-
-class _Rows:
-    """Source pieces shared by the row kernels: the rows loop, per-element offsets, chunk loops.
-
-    A row body is ``template <int V> mx_row(...)``: thread ``t`` of the row owns chunks ``c = j * TPR + t``
-    of ``V`` consecutive elements (``V`` > 1 only when every tensor is contiguous along the row and the
-    pointers are aligned; the kernel checks the pointers and otherwise runs ``mx_row<1>``).
-    """
-
-    def __init__(self, shapes: list[Shape], rows: Walk, elems: Walk, n: int) -> None:
-        self.shapes, self.rows, self.elems, self.n = shapes, rows, elems, n
-        self.m, self.idx = rows.size(), index_type(span(*shapes))
-        self.tpr, self.cached = _row_shape(n)
-        v = vector_width(*(s.type for s in shapes))
-        contiguous = elems.strides and all(st == [1] for st in elems.strides)
-        aligned = all(x % v == 0 for st in rows.strides for x in st) and n % v == 0
-        self.vec = v if self.cached and contiguous and aligned else 1
-
-    def source(self, name: str, sig: str, body: list[str]) -> KernelSpec:
-        idx, tensors = self.idx, len(self.shapes)
-        head = ""
-        for fn, w, var in (("mx_base", self.rows, "row"), ("mx_eoff", self.elems, "e")):
-            lines, offs = w.offsets(var, "q", idx)
-            cases = "".join(f"  if (k == {k}) return {o};\n" for k, o in enumerate(offs))
-            head += f"MX_DEV {idx} {fn}({idx} {var}, int k) {{\n" + "".join(f"  {x}\n" for x in lines)
-            head += f"{cases}  return 0;\n}}\n"
-        params = sig[sig.index(f" {name}(") + len(name) + 2 : sig.rindex(")")]
-        args = ", ".join([f"in{k}" for k in range(tensors - 1)] + ["out0"])
-        bases = ", ".join(f"b{k} = mx_base(row, {k})" for k in range(tensors))
-        per = f"({self.n} + {self.tpr} * V - 1) / ({self.tpr} * V)" if self.cached else "0"
-        head += f"template <int V> MX_DEV void mx_row({params}, {idx} row, bool ok, u32 t) {{\n"
-        head += f"  constexpr int PER = {per};\n  const {idx} {bases};\n" + "\n".join(body) + "\n}\n"
-        if self.tpr == BLOCK:
-            loop = [f"  for ({idx} row = blockIdx.x; row < {self.m}u; row += gridDim.x) {{",
-                    "    const bool ok = true; const u32 t = threadIdx.x;"]  # fmt: skip
-        else:  # uniform across the warp, so every lane reaches the shuffles
-            first = f"(blockIdx.x * {BLOCK}u + threadIdx.x) / 32u * {32 // self.tpr}u"
-            step = f"gridDim.x * {BLOCK // self.tpr}u"
-            loop = [f"  for ({idx} r0 = {first}; r0 < {self.m}u; r0 += {step}) {{",
-                    f"    const {idx} row = r0 + threadIdx.x % 32u / {self.tpr}u;",
-                    f"    const bool ok = row < {self.m}u;",
-                    f"    const u32 t = threadIdx.x % {self.tpr}u;"]  # fmt: skip
-        if self.vec > 1:
-            v = self.vec
-            ptrs = [f"in{k}" for k in range(tensors - 1)] + ["out0"]
-            check = " | ".join(
-                f"(u64){p} % {v * s.type_size()}" for p, s in zip(ptrs, self.shapes, strict=True)
+    def row(self, tpr: int, vok: str | None) -> str:
+        """A warp (tpr 32) or the block (tpr 256) per output; lanes stride the reduced elements, in
+        vectors of ``v`` when the row is one contiguous run (``vok``) and aligned."""
+        idx, fn, M, R, v = self.idx, self.fn, self.M, self.R, self.v
+        if tpr == BLOCK:
+            loop, t, red = (
+                f"{idx} o = blockIdx.x; o < {M}; o += gridDim.x",
+                "threadIdx.x",
+                f"mx_block_reduce<{BLOCK}>",
             )
-            loop = [f"  const bool vec = ({check}) == 0;", *loop]
-            call = f"    if (vec) mx_row<{v}>({args}, row, ok, t); else mx_row<1>({args}, row, ok, t);"
         else:
-            call = f"    mx_row<1>({args}, row, ok, t);"
-        src = PRELUDE + head + sig + " {\n" + "\n".join([*loop, call, "  }"]) + "\n}\n"
-        grid = grid_for(self.m, BLOCK // self.tpr if self.tpr < BLOCK else 1)
-        return KernelSpec(name, src, grid, (BLOCK, 1, 1), 0, tensors - 1)
+            first = f"(blockIdx.x * {BLOCK}u + threadIdx.x) / 32u"
+            loop = f"{idx} o = {first}; o < {M}; o += gridDim.x * {BLOCK // 32}u"
+            t, red = "threadIdx.x % 32u", "mx_warp_reduce<32>"
+        lines = [self._vec(vok)] if vok is not None else []
+        lines += [f"  for ({loop}) {{", f"    {idx} base, oo; mx_kept(o, base, oo);",
+                  f"    mx_s acc = {self.init};", f"    {idx} r0 = 0;"]  # fmt: skip
+        if vok is not None:  # whole vectors first, then the tail (and everything when unaligned)
+            lines += [
+                "    if (vec) {",
+                f"      const {idx} nv = {R} / {v}u;",
+                "#pragma unroll 4",
+                f"      for ({idx} c = {t}; c < nv; c += {tpr}u) {{",
+                f"        const {self.vt} w = *reinterpret_cast<const {self.vt}*>(in0 + base + c * {v}u);",
+                f"        MX_UNROLL for (int q = 0; q < {v}; ++q)",
+                f"          acc = {fn}()(acc, mx_val(w.v[q], c * {v}u + q));",
+                "      }",
+                f"      r0 = nv * {v}u;",
+                "    }",
+            ]
+        lines += [
+            "#pragma unroll 4",
+            f"    for ({idx} r = r0 + {t}; r < {R}; r += {tpr}u) acc = {fn}()(acc, mx_elem(base, r));",
+            f"    acc = {red}(acc, {fn}());",
+            f"    if ({t} == 0) out0[oo] = mx_finish(acc);",
+            "  }",
+        ]
+        return "\n".join(lines) + "\n"
 
-    def reduce(self, var: str, fn: str) -> str:
-        red = f"mx_block_reduce<{BLOCK}>" if self.tpr == BLOCK else f"mx_warp_reduce<{self.tpr}>"
-        return f"  {var} = {red}({var}, {fn}());"
+    def wide(self, nt: int, vok: str) -> str:
+        """A block of ``nt`` threads per group of ``v`` neighbouring outputs: every thread strides the
+        reduced elements for all of them (one vector load per position when the group is contiguous
+        and aligned), then a warp reduction, one shared-memory pass, and thread q finishes output q."""
+        idx, fn, M, R, g = self.idx, self.fn, self.M, self.R, self.v
+        live = f"g * {g}u + q < {M}"
+        lines = [
+            f"  __shared__ mx_s part[{g}][{nt // 32}];",
+            self._vec(vok),
+            f"  for ({idx} g = blockIdx.x; g * {g}u < {M}; g += gridDim.x) {{",
+            f"    {idx} base[{g}], oo;",
+            f"    mx_s acc[{g}];",
+            f"    MX_UNROLL for (int q = 0; q < {g}; ++q) {{ base[q] = 0; acc[q] = {self.init}; "
+            f"if ({live}) mx_kept(g * {g}u + q, base[q], oo); }}",
+            "    if (vec) {",
+            "#pragma unroll 4",
+            f"      for ({idx} r = threadIdx.x; r < {R}; r += {nt}u) {{",
+            f"        const {self.vt} w = *reinterpret_cast<const {self.vt}*>(in0 + base[0] + mx_roff(r));",
+            f"        MX_UNROLL for (int q = 0; q < {g}; ++q) acc[q] = {fn}()(acc[q], mx_val(w.v[q], r));",
+            "      }",
+            "    } else {",
+            "#pragma unroll 2",
+            f"      for ({idx} r = threadIdx.x; r < {R}; r += {nt}u) {{",
+            f"        const {idx} e = mx_roff(r);",
+            f"        MX_UNROLL for (int q = 0; q < {g}; ++q)",
+            f"          if ({live}) acc[q] = {fn}()(acc[q], mx_val(in0[base[q] + e], r));",
+            "      }",
+            "    }",
+            f"    MX_UNROLL for (int q = 0; q < {g}; ++q) acc[q] = mx_warp_reduce<32>(acc[q], {fn}());",
+            "    if (threadIdx.x % 32u == 0)",
+            f"      MX_UNROLL for (int q = 0; q < {g}; ++q) part[q][threadIdx.x / 32u] = acc[q];",
+            "    __syncthreads();",
+            f"    if (threadIdx.x < {g}u && g * {g}u + threadIdx.x < {M}) {{",
+            "      mx_s s = part[threadIdx.x][0];",
+            f"      for (int w = 1; w < {nt // 32}; ++w) s = {fn}()(s, part[threadIdx.x][w]);",
+            f"      {idx} b; mx_kept(g * {g}u + threadIdx.x, b, oo);",
+            "      out0[oo] = mx_finish(s);",
+            "    }",
+            "    __syncthreads();  // part is rewritten by the next group",
+            "  }",
+        ]
+        return "\n".join(lines) + "\n"
 
-    def chunks(self, body: str) -> list[str]:
-        """``body`` per chunk ``c`` (slot ``j``) this thread owns, or per element ``e`` when uncached."""
-        if self.cached:
-            return ["#pragma unroll", "  for (int j = 0; j < PER; ++j) {",
-                    f"    const {self.idx} c = j * {self.tpr}u + t;",
-                    f"    if (ok && c * V < {self.n}u) {{ {body} }}", "  }"]  # fmt: skip
-        return [f"  for ({self.idx} e = t; ok && e < {self.n}u; e += {self.tpr}u) {{ {body} }}"]
-
-    def each(self, body: str) -> list[str]:
-        """``body`` per cached element ``v[s]`` (``s = j * V + q``) or per element ``e``."""
-        if self.cached:
-            return self.chunks(f"MX_UNROLL for (int q = 0; q < V; ++q) {{ const int s = j * V + q; {body} }}")
-        return self.chunks(body)
-
-
-def _load(k: int, dst: str) -> str:
-    """Chunk ``c`` of tensor ``k`` into ``dst[0..V)`` (compute values)."""
-    return f"mx_ldv<V>(in{k} + b{k} + mx_eoff(c * V, {k}), {dst});"
-
-
-def _elem(k: int) -> str:
-    return f"mx_ld(in{k}[b{k} + mx_eoff(e, {k})])"
-
-
-def softmax_supported(op: Op, inputs: list[Shape], out: Shape) -> str | None:
-    if op.name not in SOFTMAX_OPS:
-        return f"{op.name} is not softmax"
-    if inputs[0].type not in (DType.half_type, DType.bf16_type, DType.float_type, DType.double_type):
-        return f"softmax of {inputs[0].type.name} has no kernel"
-    try:
-        check_strides(inputs[0], out)
-    except Unsupported as e:
-        return str(e)
-    return None
-
-
-def softmax_kernel(name: str, op: Op, input: Shape, out: Shape) -> KernelSpec:  # noqa: A002
-    """softmax / logsoftmax along ``op.axis``: max-subtracted, half/bf16 rounded per step like the ref."""
-    why = softmax_supported(op, [input], out)
-    if why:
-        raise Unsupported(why)
-    t, rank = input.type, input.ndim()
-    axis = op.axis % rank  # type: ignore[attr-defined]
-    others = [d for d in range(rank) if d != axis]
-    n = input.lens[axis]
-    sig = signature(name, [c_type(t)], [c_type(t)])
-    if input.elements() == 0:
-        return KernelSpec(name, PRELUDE + sig + " {}\n", (1, 1, 1), (BLOCK, 1, 1))
-    R = _Rows(
-        [input, out], walk([input, out], others, input.strides), walk([input, out], [axis], input.strides), n
-    )
-    fastest = _fastest(input, others)
-    if fastest is not None and input.strides[axis] >= fastest:  # a column: a thread per row, coalesced
-        R.tpr, R.cached, R.vec = 1, False, 1
-    c, a, rnd = compute_type(t), acc_type(t), f"mx_round<{c_type(t)}>"
-    log = op.name == "logsoftmax"
-    x = "v[s]" if R.cached else _elem(0)
-    lines = [f"  {c} v[PER * V];", *R.chunks(_load(0, "v + j * V"))] if R.cached else []
-    lines += [
-        f"  {c} mx = {c_literal(-float('inf'), t)};",
-        *R.each(f"mx = mx_max(mx, {x});"),
-        R.reduce("mx", "mx_max_f"),
-    ]
-    keep = ("v[s] = d;" if log else "v[s] = p;") if R.cached else ""
-    lines += [
-        f"  {a} sum = 0;",
-        *R.each(f"const {c} d = {rnd}({x} - mx), p = {rnd}(exp(d)); sum += p; {keep}"),
-    ]
-    lines += [R.reduce("sum", "mx_sum_f"), f"  const {c} total = {rnd}(sum), ls = {rnd}(log(total));"]
-    if R.cached:
-        y = "v[j * V + q] - ls" if log else "v[j * V + q] / total"
-        store = "mx_stv<V>(out0 + b1 + mx_eoff(c * V, 1), y);"
-        lines += R.chunks(f"{c} y[V]; MX_UNROLL for (int q = 0; q < V; ++q) y[q] = {y}; {store}")
-    else:
-        y = "d - ls" if log else f"{rnd}(exp(d)) / total"
-        lines += R.each(
-            f"const {c} d = {rnd}({x} - mx); out0[b1 + mx_eoff(e, 1)] = mx_cvt<{c_type(t)}>({y});"
-        )
-    return R.source(name, sig, lines)
-
-
-def layernorm_kernel(
-    name: str, x: Shape, scale: Shape | None, bias: Shape | None, out: Shape, axis: int, eps: float
-) -> KernelSpec:
-    """(x - mean) / sqrt(var + eps) * scale + bias over dims ``axis..``; mean and biased variance in
-    float (double for double), one rounding at the end."""
-    t, rank = x.type, x.ndim()
-    if t not in (DType.half_type, DType.bf16_type, DType.float_type, DType.double_type):
-        raise Unsupported(f"layernorm of {t.name} has no kernel")
-    axis %= max(rank, 1)
-    extra = [s for s in (scale, bias) if s is not None]
-    shapes = [x, *extra, out]
-    for s in extra:
-        if s.lens != x.lens:
-            raise Unsupported(f"layernorm scale/bias {s} not broadcast to {list(x.lens)}")
-    check_strides(*shapes)
-    sig = signature(name, [c_type(s.type) for s in (x, *extra)], [c_type(out.type)])
-    if x.elements() == 0:
-        return KernelSpec(name, PRELUDE + sig + " {}\n", (1, 1, 1), (BLOCK, 1, 1), 0, 1 + len(extra))
-    rows, elems = walk(shapes, list(range(axis)), x.strides), walk(shapes, list(range(axis, rank)), x.strides)
-    R = _Rows(shapes, rows, elems, elems.size())
-    n, a, o = R.n, ("double" if t == DType.double_type else "float"), 1 + len(extra)
-    xv = "v[s]" if R.cached else f"({a}){_elem(0)}"
-    lines = [f"  {a} v[PER * V];", *R.chunks(_load(0, "v + j * V"))] if R.cached else []
-    lines += [f"  {a} sum = 0;", *R.each(f"sum += {xv};"), R.reduce("sum", "mx_sum_f")]
-    lines += [f"  const {a} mean = sum / ({a}){n};", f"  {a} sq = 0;"]
-    lines += [*R.each(f"const {a} d = {xv} - mean; sq += d * d;"), R.reduce("sq", "mx_sum_f")]
-    eps_c = c_literal(eps, DType.double_type if a == "double" else DType.float_type)
-    lines.append(f"  const {a} inv = ({a})1 / sqrt(sq / ({a}){n} + {eps_c});")
-    ops = ["*" if k == 1 and scale is not None else "+" for k in range(1, o)]
-    if R.cached:
-        loads = "".join(f"{a} p{k}[V]; {_load(k, f'p{k}')} " for k in range(1, o))
-        y = "(v[j * V + q] - mean) * inv" + "".join(
-            f" {op} p{k}[q]" for k, op in zip(range(1, o), ops, strict=True)
-        )
-        store = f"mx_stv<V>(out0 + b{o} + mx_eoff(c * V, {o}), y);"
-        lines += R.chunks(f"{loads}{a} y[V]; MX_UNROLL for (int q = 0; q < V; ++q) y[q] = {y}; {store}")
-    else:
-        y = f"({xv} - mean) * inv" + "".join(
-            f" {op} ({a}){_elem(k)}" for k, op in zip(range(1, o), ops, strict=True)
-        )
-        lines += R.each(f"out0[b{o} + mx_eoff(e, {o})] = mx_cvt<{c_type(out.type)}>({y});")
-    return R.source(name, sig, lines)
+    def split(self) -> str:
+        """32 neighbouring outputs per block, their reduced elements split over 8 warps, then combined."""
+        idx, fn, M, R = self.idx, self.fn, self.M, self.R
+        lines = [
+            f"  __shared__ mx_s part[{_SPLIT}][32];",
+            "  const u32 lane = threadIdx.x % 32u, slice = threadIdx.x / 32u;",
+            f"  for ({idx} ob = blockIdx.x * 32u; ob < {M}; ob += gridDim.x * 32u) {{",
+            f"    const {idx} o = ob + lane;",
+            f"    {idx} base = 0, oo = 0;",
+            f"    mx_s acc = {self.init};",
+            f"    if (o < {M}) {{",
+            "      mx_kept(o, base, oo);",
+            f"      for ({idx} r = slice; r < {R}; r += {_SPLIT}u) acc = {fn}()(acc, mx_elem(base, r));",
+            "    }",
+            "    part[slice][lane] = acc;",
+            "    __syncthreads();",
+            f"    if (slice == 0 && o < {M}) {{",
+            f"      for (int k = 1; k < {_SPLIT}; ++k) acc = {fn}()(acc, part[k][lane]);",
+            "      out0[oo] = mx_finish(acc);",
+            "    }",
+            "    __syncthreads();",
+            "  }",
+        ]
+        return "\n".join(lines) + "\n"

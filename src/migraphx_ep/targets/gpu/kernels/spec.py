@@ -6,10 +6,13 @@ The contract between the lowering (``targets/gpu/lowering.py``) and the generato
   0, sliced); the lowering has already offset the pointer for a slice. The output shape's strides say
   where each element goes (usually standard, sometimes a permuted layout such as NHWC).
 * The kernel's parameters are one pointer per input, in order, then one per output, then (see below)
-  an error slot and the run-time sizes ``args``. By default the pointwise, gather,
-  pad, concat and pooling generators take element counts, lens and strides other than 0 and 1 as
-  ``args`` instead, so every shape of the same structure gives byte-identical source (NVRTC's cache is
-  keyed by the source: a new shape compiles none of those); row kernels and resize still bake sizes.
+  an error slot and the run-time sizes ``args``. By default the pointwise, gather, pad, concat,
+  pooling, reduction, softmax / layer-norm and resize generators take element counts, lens and
+  strides other than 0 and 1 as ``args`` instead, keeping in the source only what shapes their loops
+  (a size class: threads per row, registers per thread, the reduction schedule), so every shape of the
+  same structure and class gives byte-identical source (NVRTC's cache is keyed by the source: a new
+  shape compiles nothing). A resize kernel takes one more input after the op's own, its coordinate
+  tables (``resize_table``, a weight the lowering adds).
   ``MIGRAPHX_EP_RUNTIME_SIZES=0`` makes every size a constant in the source (one compile per shape).
 * Half and bfloat16 values are loaded to float, computed in float and rounded back to the IR type at
   every op boundary, which is what the ref target does (it evaluates narrow floats in float32 and
