@@ -22,7 +22,7 @@ from ...ir.dtypes import DType, to_numpy
 from . import libs
 from .kernels.spec import Unsupported
 from .libs import HeuristicResult, MatmulAlgo
-from .tuning import PICKS
+from .tuning import keep_pick, restore_pick
 
 CUDA_R_32F = 0
 CUDA_R_64F = 1
@@ -419,13 +419,11 @@ def plan_gemm(
     plan.handle = handle()
     if tuned and plan.restore(tuned, workspace_limit):
         return plan
-    memo = ("gemm", plan.handle, plan.key, workspace_limit, tune)
-    picked = PICKS.get(memo)
-    if picked is not None and plan.restore(picked, workspace_limit):
+    if restore_pick(plan, "gemm", workspace_limit, tune):
         return plan  # the same GEMM was planned before (another layer, another program)
     found = plan.heuristics(workspace_limit)
     if not found:
         raise Unsupported(f"cuBLASLt has no algorithm for {plan.describe()}")
     plan.choose(_fastest(plan, found) if tune and len(found) > 1 else found[0])
-    PICKS.put(memo, plan.to_dict())
+    keep_pick(plan, "gemm", workspace_limit, tune)
     return plan

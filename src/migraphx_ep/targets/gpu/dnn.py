@@ -23,7 +23,7 @@ from ...ir.shape import Shape
 from . import libs
 from .kernels.spec import Unsupported
 from .libs import FwdAlgoPerf
-from .tuning import PICKS
+from .tuning import keep_pick, restore_pick
 
 CUDNN_STATUS_SUCCESS = 0
 CUDNN_STATUS_NOT_SUPPORTED = 3000
@@ -433,10 +433,8 @@ def plan_conv(
     plan.handle = handle()
     if tuned and plan.restore(tuned, workspace_limit):
         return plan
-    memo = ("conv", plan.handle, plan.key, workspace_limit, exhaustive)
-    picked = PICKS.get(memo)
-    if picked is not None and plan.restore(picked, workspace_limit):
+    if restore_pick(plan, "conv", workspace_limit, exhaustive):
         return plan  # the same convolution was planned before (another block, another program)
     _search(plan, workspace_limit, exhaustive)
-    PICKS.put(memo, plan.to_dict())
+    keep_pick(plan, "conv", workspace_limit, exhaustive)
     return plan

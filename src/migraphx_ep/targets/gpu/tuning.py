@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Hashable
+from typing import Protocol
 
 _LIMIT = 1 << 16  # picks kept; past it the memo starts afresh (a process fed ever-new shapes)
 
@@ -44,4 +45,27 @@ class PickMemo:
 
 PICKS = PickMemo()
 
-__all__ = ["PICKS", "PickMemo"]
+
+class Plan(Protocol):
+    """What blas.GemmPlan and dnn.ConvPlan have in common for the memo."""
+
+    handle: int
+    key: str
+
+    def restore(self, saved: dict, limit: int) -> bool: ...
+
+    def to_dict(self) -> dict: ...
+
+
+def restore_pick(plan: Plan, kind: str, limit: int, search: Hashable) -> bool:
+    """Whether ``plan`` took the pick made for the same problem before (``search``: the settings of
+    the search that made it, e.g. timed or heuristic only)."""
+    picked = PICKS.get((kind, plan.handle, plan.key, limit, search))
+    return picked is not None and plan.restore(picked, limit)
+
+
+def keep_pick(plan: Plan, kind: str, limit: int, search: Hashable) -> None:
+    PICKS.put((kind, plan.handle, plan.key, limit, search), plan.to_dict())
+
+
+__all__ = ["PICKS", "PickMemo", "keep_pick", "restore_pick"]
