@@ -282,3 +282,17 @@ def test_gpu_evicted_programs_free_nothing_a_live_program_reads(gpu_subgraphs):
     exe = next(iter(c.programs.values()))._exe
     assert exe.uploaded_weight_bytes < 10_000
     assert_close(again, first, False)
+
+
+@pytest.mark.parametrize("name", ["resnet", "resnet_fp16", "mobilenet_v2"])
+def test_only_weights_a_step_reads_are_uploaded(name):
+    # NHWC convolutions read their filters transposed to KRSC; the original layout must not go to the
+    # device as well (before: every conv filter was uploaded twice).
+    g = graph(name)
+    dims = {d: 2 for n in g["inputs"] for d in g["values"][n]["shape"] if not isinstance(d, int)}
+    _, low = lowered(g, dims, WeightCache())
+    read = {id(b.storage) for s in low.steps for b in s.reads}
+    assert low.weights and all(id(w) in read for w in low.weights)
+    assert any("KRSC" in w.label for w in low.weights)
+    model_bytes = sum(np.asarray(v).nbytes for v in g["initializers"].values())
+    assert sum(w.nbytes for w in low.weights) <= 1.05 * model_bytes  # each filter once, not twice

@@ -214,7 +214,11 @@ class Lowering:
                 b = self._copy(b, "output")
             seen.add(id(b.storage))
             outs.append(b)
-        return Lowered(self.steps, self.storages, self.inputs, outs, self.weights)
+        # Only weights a step reads go to the device: a literal replaced by another layout (a conv filter
+        # transposed to KRSC for NHWC) would otherwise be uploaded too, in the layout nothing reads.
+        read = {id(b.storage) for s in self.steps for b in s.reads}
+        weights = [w for w in self.weights if id(w) in read]
+        return Lowered(self.steps, self.storages, self.inputs, outs, weights)
 
     def _lower(self, ins: Instruction) -> None:
         if ins.is_param():
