@@ -59,11 +59,13 @@ class RunContext:
     def __init__(self, exe: GpuExecutable) -> None:
         self.exe = exe
         self.lock = run_lock()
-        self.stream = cuda.Stream()
-        self.arena = cuda.alloc(exe.arena_bytes)
-        self.errors = DeviceErrors(exe.checking_specs)
+        with stage("context"):  # stream, arena, error slots: what a new shape's context costs beyond binding
+            self.stream = cuda.Stream()
+            self.arena = cuda.alloc(exe.arena_bytes)
+            self.errors = DeviceErrors(exe.checking_specs)
         self.workspace: cuda.DeviceBuffer | None = None  # sized by binding (library plans ask)
-        self.launches: list[Launch] = exe.bind(self)
+        with stage("bind"):  # kernel arguments and library plans per step (library search is its own stage)
+            self.launches: list[Launch] = exe.bind(self)
         self.workspace = cuda.alloc(exe.workspace_bytes)
         lowered = exe.lowered
         self.inputs = [(name, self.ptr(b), b.shape) for name, b in lowered.inputs.items()]
