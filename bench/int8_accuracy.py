@@ -22,6 +22,7 @@ from pathlib import Path
 import numpy as np
 import onnx
 import onnxruntime as ort
+from jsonl import emit  # bench/ is the script's folder: on sys.path
 
 import migraphx_ep
 from migraphx_ep.testing import random_feeds
@@ -91,11 +92,7 @@ def main() -> None:
             if want[0].ndim == 2:  # a classifier's logits: top-1 agreement
                 agree = np.concatenate([g.argmax(1) == w.argmax(1) for g, w in zip(got, want, strict=True)])
                 rec["top1_agreement"] = float(agree.mean())
-            line = json.dumps(rec)
-            print(line, flush=True)
-            if a.out:
-                with open(a.out, "a") as f:
-                    f.write(line + "\n")
+            emit(rec, a.out)
 
 
 if __name__ == "__main__":

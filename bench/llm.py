@@ -30,6 +30,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+from jsonl import emit  # bench/ is the script's folder: on sys.path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tools"))
@@ -194,11 +195,7 @@ def main() -> None:
                 first = tokens if first is None else first
                 rec["tokens_match_first"] = float(np.mean(tokens == first))
             rec.update(system=system, model=a.model.name, batch=batch, prompt=a.prompt, new=a.new)
-            line = json.dumps(rec)
-            print(line, flush=True)
-            if a.out:
-                with open(a.out, "a") as f:
-                    f.write(line + "\n")
+            emit(rec, a.out)
 
 
 if __name__ == "__main__":

@@ -15,7 +15,6 @@ whose first (fully specialised, timed-search) compile was that shape.
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import time
 from contextlib import nullcontext
@@ -23,6 +22,7 @@ from pathlib import Path
 
 import numpy as np
 import onnx
+from jsonl import emit  # bench/ is the script's folder: on sys.path
 
 from migraphx_ep.timing import CompileTimes, record
 
@@ -175,11 +175,7 @@ def main() -> None:
         if system == "migraphx_ep" and a.steady:
             picks = [seq[i] for i in range(1, len(seq), max(1, len(seq) // a.steady))][: a.steady]
             rec["steady"] = steady(a.model, model, sess, picks, a.fp16)
-        line = json.dumps(rec)
-        print(line, flush=True)
-        if a.out:
-            with open(a.out, "a") as f:
-                f.write(line + "\n")
+        emit(rec, a.out)
 
 
 if __name__ == "__main__":
