@@ -148,12 +148,21 @@ struct Place {
   bool device = false;
 };
 
-Place place_of(const OrtValue* v, bool writable, int program_device, const std::string& what) {
+// Names a fused node's input or output in an error; the text is built only when one is raised (a Run that
+// succeeds makes no strings).
+struct Where {
+  const std::string& label;
+  size_t index;
+  bool output;
+  std::string str() const { return label + (output ? ": output " : ": input ") + std::to_string(index); }
+};
+
+Place place_of(const OrtValue* v, bool writable, int program_device, const Where& what) {
   Place p;
   int ordinal = -1;
   p.device = is_our_gpu(api().ep->Value_GetMemoryDevice(v), &ordinal);
   if (p.device && ordinal != program_device) {
-    throw OrtError(ORT_INVALID_ARGUMENT, what + " is in the memory of GPU " + std::to_string(ordinal) +
+    throw OrtError(ORT_INVALID_ARGUMENT, what.str() + " is in the memory of GPU " + std::to_string(ordinal) +
                                              " but this session runs on GPU " + std::to_string(program_device) +
                                              " (device_id)");
   }
@@ -169,16 +178,14 @@ Place place_of(const OrtValue* v, bool writable, int program_device, const std::
 
 // A failed copy from or to memory said to be on the device: name the tensor when its address is not device
 // memory at all (a host buffer bound with device_type 'cuda'), rather than report a bare CUDA error.
-void check_copy(const CudaDriver& cuda, CuResult r, const char* call, const Place& p, const std::string& what) {
+void check_copy(const CudaDriver& cuda, CuResult r, const char* call, const Place& p, const Where& what) {
   if (r != 0 && p.device && cuda.memory_type(reinterpret_cast<CuDevicePtr>(p.ptr)) != 2) {
-    throw OrtError(ORT_INVALID_ARGUMENT, what + " is bound as GPU memory, but its address is not device memory "
+    throw OrtError(ORT_INVALID_ARGUMENT, what.str() + " is bound as GPU memory, but its address is not device memory "
                                                 "(a host buffer bound with device_type 'cuda'?)");
   }
   cuda.check(r, call);
 }
 
-std::string input_label(const std::string& label, size_t i) { return label + ": input " + std::to_string(i); }
-std::string output_label(const std::string& label, size_t i) { return label + ": output " + std::to_string(i); }
 
 }  // namespace
 
@@ -346,7 +353,7 @@ bool run_native(const CudaDriver& cuda, const NativePlan& plan, OrtKernelContext
     OrtValue* out = nullptr;
     check(ort.KernelContext_GetOutput(ctx, i, o.dims.empty() ? &scalar : o.dims.data(), o.dims.size(), &out));
     if (out == nullptr || o.nbytes == 0) continue;
-    dst[i] = place_of(out, /*writable=*/true, plan.device, output_label(label, i));
+    dst[i] = place_of(out, /*writable=*/true, plan.device, Where{label, i, true});
   }
   std::vector<Place> src(plan.input_bytes.size());
   for (size_t i = 0; i < plan.input_bytes.size(); ++i) {
@@ -356,10 +363,10 @@ bool run_native(const CudaDriver& cuda, const NativePlan& plan, OrtKernelContext
     size_t nbytes = 0;
     check(ort.GetTensorSizeInBytes(v, &nbytes));
     if (nbytes != plan.input_bytes[i]) {
-      throw OrtError(ORT_FAIL, input_label(label, i) + " has " + std::to_string(nbytes) +
+      throw OrtError(ORT_FAIL, Where{label, i, false}.str() + " has " + std::to_string(nbytes) +
                                    " bytes, the compiled program takes " + std::to_string(plan.input_bytes[i]));
     }
-    src[i] = place_of(v, /*writable=*/false, plan.device, input_label(label, i));
+    src[i] = place_of(v, /*writable=*/false, plan.device, Where{label, i, false});
   }
   std::shared_ptr<NativeContext> held = acquire_context(plan);
   const NativeContext& c = *held;
@@ -374,7 +381,7 @@ bool run_native(const CudaDriver& cuda, const NativePlan& plan, OrtKernelContext
     const size_t n = plan.input_bytes[i];
     if (p.device) {
       check_copy(cuda, cuda.memcpy_dtod_async(c.inputs[i], reinterpret_cast<CuDevicePtr>(p.ptr), n, c.stream),
-                 "cuMemcpyDtoDAsync", p, input_label(label, i));
+                 "cuMemcpyDtoDAsync", p, Where{label, i, false});
     } else {
       cuda.check(cuda.memcpy_htod_async(c.inputs[i], p.ptr, n, c.stream), "cuMemcpyHtoDAsync");
     }
@@ -387,12 +394,12 @@ bool run_native(const CudaDriver& cuda, const NativePlan& plan, OrtKernelContext
     const auto d = reinterpret_cast<CuDevicePtr>(p.ptr);
     if (o.is_constant && p.device) {
       check_copy(cuda, cuda.memcpy_htod_async(d, o.constant.data(), o.nbytes, c.stream), "cuMemcpyHtoDAsync",
-                 p, output_label(label, i));
+                 p, Where{label, i, true});
     } else if (o.is_constant) {
       std::memcpy(p.ptr, o.constant.data(), o.nbytes);
     } else if (p.device) {
       check_copy(cuda, cuda.memcpy_dtod_async(d, c.outputs[i], o.nbytes, c.stream), "cuMemcpyDtoDAsync", p,
-                 output_label(label, i));
+                 Where{label, i, true});
     } else {
       cuda.check(cuda.memcpy_dtoh_async(p.ptr, c.outputs[i], o.nbytes, c.stream), "cuMemcpyDtoHAsync");
     }
