@@ -317,3 +317,12 @@ def test_too_few_blocks_stay_unfused(monkeypatch) -> None:
     monkeypatch.setenv("MIGRAPHX_EP_ATTENTION_MIN_BLOCKS", "4")  # 4 blocks: just enough
     _, m, _ = _lowered("bert.onnx", monkeypatch, fuse_on=True)
     assert collections.Counter(i.name for i in m.instructions)["fused_attention"] == 2
+
+
+@pytest.mark.parametrize("bad", ["many", "-1", "1.5"])
+def test_a_bad_block_threshold_is_an_error_naming_it(monkeypatch, bad) -> None:
+    monkeypatch.setenv("MIGRAPHX_EP_ATTENTION_MIN_BLOCKS", bad)
+    with pytest.raises(
+        ValueError, match=f"MIGRAPHX_EP_ATTENTION_MIN_BLOCKS='{bad}': expected an integer >= 0"
+    ):
+        _lowered("bert.onnx", monkeypatch, fuse_on=True)

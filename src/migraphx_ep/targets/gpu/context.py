@@ -21,6 +21,7 @@ from ...timing import stage
 from . import cuda
 from .errors import DeviceErrors
 from .lowering import Buf
+from .switches import env_int
 
 if TYPE_CHECKING:
     from .executable import GpuExecutable, Launch
@@ -30,14 +31,7 @@ log = logging.getLogger("migraphx_ep.gpu")
 
 def max_contexts() -> int:
     """``MIGRAPHX_EP_RUN_CONTEXTS``: how many Runs of one program may be on the device at once."""
-    raw = os.environ.get("MIGRAPHX_EP_RUN_CONTEXTS", "4").strip() or "4"
-    try:
-        n = int(raw)
-    except ValueError:
-        raise ValueError(f"MIGRAPHX_EP_RUN_CONTEXTS={raw!r}: expected a positive integer") from None
-    if n < 1:
-        raise ValueError(f"MIGRAPHX_EP_RUN_CONTEXTS={raw!r}: expected a positive integer")
-    return n
+    return env_int("MIGRAPHX_EP_RUN_CONTEXTS", 4, 1)
 
 
 def run_lock() -> Any:

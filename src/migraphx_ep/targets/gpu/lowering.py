@@ -14,7 +14,6 @@ Storages then get arena offsets from ``memory.plan``.
 from __future__ import annotations
 
 import logging
-import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -31,18 +30,11 @@ from .kernels.attention import attention_kernel, attention_supported
 from .kernels.spec import KernelSpec, PwConst, PwExpr, PwInput, PwOp, Unsupported
 from .memory import Storage, plan
 from .patterns import Group, is_view, match_conv, match_gemm, match_layernorm, only_user, scalar_value
+from .switches import env_choice
 
 log = logging.getLogger("migraphx_ep.gpu")
 
 GEMM_TYPES = frozenset({DType.float_type, DType.half_type, DType.bf16_type, DType.double_type})
-
-
-def env_choice(name: str, default: str, allowed: tuple[str, ...]) -> str:
-    """A debugging switch from the environment; a value it does not know is an error, not a default."""
-    value = os.environ.get(name, default).strip().lower() or default
-    if value not in allowed:
-        raise ValueError(f"{name}={value!r}: expected one of {', '.join(allowed)}")
-    return value
 
 
 # cuBLASLt has bias/residual epilogues for these; double GEMMs run plain with separate adds.

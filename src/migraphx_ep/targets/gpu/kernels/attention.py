@@ -31,6 +31,7 @@ from ....ir.dtypes import DType
 from ....ir.module import Module
 from ....ir.operation import Op
 from ....ir.shape import Shape
+from ..switches import env_int
 from .params import Params
 from .prelude import PRELUDE, c_literal, c_type, index_type, offset, signature, span
 from .spec import KernelSpec, Unsupported
@@ -183,7 +184,7 @@ MIN_BLOCKS = 128
 def attention_worthwhile(q: Shape, d: int, dv: int) -> str | None:
     """None when the fused kernel has enough blocks (``MIN_BLOCKS``) to beat the unfused chain, with
     ``q`` the query (..., S, D); else why the chain stays unfused."""
-    need = int(os.environ.get("MIGRAPHX_EP_ATTENTION_MIN_BLOCKS", MIN_BLOCKS))
+    need = env_int("MIGRAPHX_EP_ATTENTION_MIN_BLOCKS", MIN_BLOCKS, 0)
     rows = (
         64
         if q.type in (DType.half_type, DType.bf16_type) and max(d, dv) <= 128
