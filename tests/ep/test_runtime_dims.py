@@ -86,18 +86,16 @@ def test_one_program_serves_every_length(caplog):
     assert c.compiles == 3
 
 
-def test_a_size_that_changes_the_program_stays_in_the_key(caplog):
-    # The Shape of a *cast* of the mask is not read at run (only a parameter's is): it folds to a
-    # constant of each size, so the two sizes compile different programs and the proof refuses.
-    extra = [
-        h.make_node("Cast", ["mask"], ["mc"], to=T.FLOAT),
-        h.make_node("Shape", ["mc"], ["s2"]),
-        h.make_node("Gather", ["s2", "idx1"], ["t2"]),
-        h.make_node("Cast", ["t2"], ["t2f"], to=T.FLOAT),
-        h.make_node("Mul", ["x", "t2f"], ["y2"]),
-    ]
-    c = create_ep({"migraphx_target": "ref"}).compile(mask_graph(extra, out_of_mask="y2"), "fused_0")
-    assert c.runtime == {"mask": (1,)}  # the static filter lets it through; the proof must not
+CAST_SHAPE = [
+    h.make_node("Cast", ["mask"], ["mc"], to=T.FLOAT),
+    h.make_node("Shape", ["mc"], ["s2"]),
+    h.make_node("Gather", ["s2", "idx1"], ["t2"]),
+    h.make_node("Cast", ["t2"], ["t2f"], to=T.FLOAT),
+    h.make_node("Mul", ["x", "t2f"], ["y2"]),
+]
+
+
+def _run_cast_shape(c, caplog) -> None:
     rng = np.random.default_rng(1)
     with caplog.at_level(logging.INFO, logger="migraphx_ep"):
         for t in (4, 6):
@@ -105,8 +103,24 @@ def test_a_size_that_changes_the_program_stays_in_the_key(caplog):
             y, y2 = c.run(ins)
             np.testing.assert_array_equal(y, expected(*ins))
             np.testing.assert_array_equal(y2, ins[0] * np.float32(t))
+
+
+def test_the_shape_of_a_cast_of_the_mask_is_read_at_run(caplog):
+    # A Cast keeps its input's dims, at run too: Shape(Cast(mask)) reads the mask's run-time dims.
+    c = create_ep({"migraphx_target": "ref"}).compile(mask_graph(CAST_SHAPE, out_of_mask="y2"), "fused_0")
+    _run_cast_shape(c, caplog)
+    assert c.runtime == {"mask": (1,)}
+    assert c.compiles == 2  # T=4 and the proof's T=5, then nothing
+
+
+def test_a_size_that_changes_the_program_stays_in_the_key(caplog, monkeypatch):
+    # When the two sizes' programs differ (the proof gives a reason), the axes go back into the key.
+    monkeypatch.setattr("migraphx_ep.ep.compiled.prove", lambda a, b: "a constant follows the size")
+    c = create_ep({"migraphx_target": "ref"}).compile(mask_graph(CAST_SHAPE, out_of_mask="y2"), "fused_0")
+    assert c.runtime == {"mask": (1,)}  # the static filter lets it through; the proof must not
+    _run_cast_shape(c, caplog)
     assert c.runtime == {}
-    assert "stay in the compile key" in caplog.text
+    assert "stay in the compile key: a constant follows the size" in caplog.text
     # T=4 with run-time axes and the proof's T=5 (both thrown away), then T=4 and T=6 keyed as before
     assert c.compiles == 4
 

@@ -13,6 +13,7 @@ import math
 import numpy as np
 
 from ...ir.dtypes import DType
+from ...ir.instruction import Instruction
 from ...ops.core import broadcast_lens
 from ..context import NodeDesc, ParseContext, normalize_axis, onnx_type
 from ..table import Unsupported, onnx_op
@@ -94,6 +95,19 @@ def parse_unsqueeze(ctx: ParseContext, node: NodeDesc, args):
     return ctx.add("unsqueeze", [x], axes=sorted(norm))
 
 
+# One-input elementwise ops: their result has their input's dims, at run time too.
+_SAME_DIMS = frozenset({"convert", "not", "neg", "abs", "identity", "contiguous"})
+
+
+def _sized_like(x: Instruction) -> Instruction:
+    """The instruction whose run-time dims ``x`` has: a parameter behind a chain of ``_SAME_DIMS`` ops
+    (the Shape of a Cast of a run-time input reads that input's dims), else ``x``."""
+    src = x
+    while not src.is_param() and src.name in _SAME_DIMS and len(src.inputs) == 1:
+        src = src.inputs[0]
+    return src if src.is_param() else x
+
+
 @onnx_op("Shape")
 def parse_shape(ctx: ParseContext, node: NodeDesc, args):
     x = args[0]
@@ -105,9 +119,10 @@ def parse_shape(ctx: ParseContext, node: NodeDesc, args):
     # Shape-15 clamps start/end into [0, rank] after adding rank to negatives.
     start = min(max(start + r if start < 0 else start, 0), r)
     end = min(max(end + r if end < 0 else end, 0), r)
-    free = x.op.runtime_axes if x.is_param() else ()  # type: ignore[attr-defined]
+    src = _sized_like(x)
+    free = src.op.runtime_axes if src.is_param() else ()  # type: ignore[attr-defined]
     if any(start <= a < end for a in free):  # sizes known only at run: read them then
-        return ctx.add("dimensions_of", [x], start=start, end=end)
+        return ctx.add("dimensions_of", [src], start=start, end=end)
     return ctx.literal(lens[start:end] if end > start else [], np.int64)
 
 
