@@ -126,9 +126,12 @@ def test_gqa_new_lengths_compile_no_kernel(gpu) -> None:
 
 
 # -- GenAI decoders through ORT ---------------------------------------------------------------------------
-def _greedy(path: Path, providers: list, recording=None) -> tuple[list[int], list]:
+def _greedy(
+    path: Path, providers: list, recording=None, compiles: list | None = None
+) -> tuple[list[int], list]:
     """NEW_TOKENS greedy tokens with plain ORT, GenAI's way: one shared past/present buffer of
-    ``max_len`` per layer (the present fed back as the next past), the attention mask growing by one."""
+    ``max_len`` per layer (the present fed back as the next past), the attention mask growing by one.
+    ``compiles``: gets our EP's compile count after each step."""
     import onnxruntime as ort
 
     dec = json.loads((path / "genai_config.json").read_text())["model"]["decoder"]
@@ -146,6 +149,8 @@ def _greedy(path: Path, providers: list, recording=None) -> tuple[list[int], lis
         ids = np.array([[tokens[-1]]], np.int64)
         if recording is not None and recording.eps:
             partitions.append(recording.eps[-1].last_partition)
+            if compiles is not None:
+                compiles.append(sum(c.compiles for c in recording.eps[-1].compiled))
     return tokens, partitions
 
 
@@ -153,11 +158,15 @@ def _decoder_on(target: str, name: str, recording) -> None:
     path = gqacases.GENAI / name
     want, _ = _greedy(path, ["CPUExecutionProvider"])
     options = {"migraphx_target": target, "migraphx_tf32_enable": "0"}
-    got, parts = _greedy(path, [(EP, options), "CPUExecutionProvider"], recording)
+    compiles: list[int] = []
+    got, parts = _greedy(path, [(EP, options), "CPUExecutionProvider"], recording, compiles)
     assert got == want, f"{name}: ours {got} != CPU EP {want}"
     assert recording.eps and recording.eps[-1].target_name == target
     last = parts[-1]
     assert len(last["groups"]) == 1 and not last["refused"], f"{name}: {last['refused']}"
+    # The prompt compiles, the first decode step compiles; the mask's growth compiles nothing after.
+    assert compiles[-1] == compiles[1], f"{name}: compiles after each step {compiles}"
+    assert [c.runtime for c in recording.eps[-1].compiled] == [{"attention_mask": (1,)}]
 
 
 @pytest.mark.gpu

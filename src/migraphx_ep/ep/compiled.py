@@ -78,9 +78,11 @@ class CompiledSubgraph:
         # folded and converted weights, host layouts, the gpu target's device copies.
         self.weights = WeightCache()
         # Input axes one program may serve at every size (ep/runtime_dims.py), proven at the first
-        # compile (``_settle_runtime``); until then ``_runtime_pending``. The ref target only.
+        # compile (``_settle_runtime``); until then ``_runtime_pending``. ``padded``: the gpu target
+        # compiles them at a capacity and pads (targets/gpu/runtime_dims.py); the ref as they come.
         self.runtime: RuntimeDims = {}
         self._runtime_pending = False
+        self.padded = target == "gpu"
         # An EPContext node (ep/epcontext.py): its programs were compiled earlier and loaded; the graph
         # holds nothing to parse, so a shape without a program is an error rather than a compile.
         self.frozen = programs is not None
@@ -94,7 +96,7 @@ class CompiledSubgraph:
         probe = probe_parse(self.graph, specialize=True)
         wanted = {n for names in probe.needs_values.values() for n in names}
         self.value_inputs = [i for i, n in enumerate(self.input_names) if n in wanted]
-        if target == "ref" and os.environ.get("MIGRAPHX_EP_RUNTIME_DIMS", "1") not in ("", "0"):
+        if target in ("ref", "gpu") and os.environ.get("MIGRAPHX_EP_RUNTIME_DIMS", "1") not in ("", "0"):
             self.runtime = candidates(self.graph)
             self._runtime_pending = bool(self.runtime)
         if self.value_inputs:
@@ -153,7 +155,13 @@ class CompiledSubgraph:
         if not self.runtime:
             return key
         n = len(self.input_names)
-        return with_free_axes(key[:n], self.input_names, self.runtime) + key[n:]
+        return with_free_axes(key[:n], self.input_names, self.runtime, self.padded) + key[n:]
+
+    def _compile_dims(self, key: ShapeKey) -> ShapeKey:
+        """The dims the program for input dims ``key`` is compiled at: padded run-time axes at their
+        capacity (the key holds minus it), the rest as they are."""
+        dims = self._key(key)[: len(self.input_names)] if self.padded else key[: len(self.input_names)]
+        return tuple(tuple(abs(d) for d in ds) for ds in dims)
 
     def _settle_runtime(self, exact: ShapeKey, values: dict[str, np.ndarray] | None) -> None:
         """At the first compile: keep the run-time axes only if a program for these dims is, instruction
@@ -162,10 +170,13 @@ class CompiledSubgraph:
         n = len(self.input_names)
         dims = exact[:n]
         try:
-            first = self._build(self._key(exact), values, dims, self.runtime)
-            other = other_size(dims, self.input_names, self.runtime)
-            second = self._build(other, values, other, self.runtime, store=False)
-            reason = prove(first, second)
+            first = self._build(self._key(exact), values, self._compile_dims(exact), self.runtime)
+            if self.padded:
+                reason = None  # its pipeline checked that padding is exact, or raised
+            else:
+                other = other_size(dims, self.input_names, self.runtime)
+                second = self._build(other, values, other, self.runtime, store=False)
+                reason = prove(first, second)
         except ParseNeedsValue:
             self._runtime_pending = True  # run() learns the value input, then proves with its value
             raise
@@ -189,7 +200,8 @@ class CompiledSubgraph:
                 return
             log.info("%s: %s; compiling per size of %s from now on", self.name, why, sorted(self.runtime))
             self.runtime = {}
-            for key in [k for k in self.programs if any(-1 in d for d in k[: len(self.input_names)])]:
+            n = len(self.input_names)
+            for key in [k for k in self.programs if any(x < 0 for d in k[:n] for x in d)]:
                 del self.programs[key]
 
     def program_for(self, key: ShapeKey, values: dict[str, np.ndarray] | None = None) -> Program:
@@ -209,7 +221,7 @@ class CompiledSubgraph:
                     self.name,
                     sorted(values),
                 )
-            prog = self._build(key, values, exact[: len(self.input_names)], self.runtime)
+            prog = self._build(key, values, self._compile_dims(exact), self.runtime)
             self.programs[key] = prog
             while len(self.programs) > self.options.max_compiled_models:
                 evicted, _ = self.programs.popitem(last=False)

@@ -16,8 +16,10 @@ and ``Shape`` (the total length). Keyed by its dims, every token compiled a prog
    the same thing at any size, and the first program is kept for all sizes. Otherwise the axes go
    back into the compile key, exactly as before.
 
-Only the ref target runs such programs (its kernels are numpy's, sized by their arguments); the gpu
-target's arena and kernels are planned for fixed sizes.
+The ref target runs such programs as they are (its kernels are numpy's, sized by their arguments).
+The gpu target's arena, kernels and captured graph are planned for fixed sizes: it compiles the
+program once per ``capacity`` of the run-time axes, zero-pads the inputs to it and checks instead of
+step 3 that padding is exact (targets/gpu/runtime_dims.py).
 """
 
 from __future__ import annotations
@@ -114,10 +116,23 @@ def _constant(graph: dict, name: str) -> np.ndarray | None:
     return None
 
 
-def with_free_axes(dims: Iterable[tuple[int, ...]], names: list[str], runtime: RuntimeDims) -> tuple:
-    """An input-dims key with every run-time axis as -1: one key (one program) for all its sizes."""
+# The smallest capacity a padded run-time axis is compiled for: a 1024-token context, then doubling,
+# so a generation compiles its decode program again only when its length passes a power of two.
+MIN_CAPACITY = 1024
+
+
+def capacity(n: int) -> int:
+    """The size a padded program is compiled at for a run-time axis of size ``n`` (see MIN_CAPACITY)."""
+    return max(MIN_CAPACITY, 1 << max(0, n - 1).bit_length())
+
+
+def with_free_axes(
+    dims: Iterable[tuple[int, ...]], names: list[str], runtime: RuntimeDims, padded: bool = False
+) -> tuple:
+    """An input-dims key with every run-time axis as -1: one key (one program) for all its sizes; with
+    ``padded``, as minus its capacity: one key for all the sizes that capacity holds."""
     return tuple(
-        tuple(-1 if i in runtime.get(n, ()) else d for i, d in enumerate(ds))
+        tuple((-capacity(d) if padded else -1) if i in runtime.get(n, ()) else d for i, d in enumerate(ds))
         for n, ds in zip(names, dims, strict=True)
     )
 
@@ -202,4 +217,13 @@ def runtime_params(prog: Program) -> dict[str, tuple[int, ...]]:
     }
 
 
-__all__ = ["RuntimeDims", "candidates", "other_size", "prove", "runtime_params", "with_free_axes"]
+__all__ = [
+    "MIN_CAPACITY",
+    "RuntimeDims",
+    "candidates",
+    "capacity",
+    "other_size",
+    "prove",
+    "runtime_params",
+    "with_free_axes",
+]

@@ -89,6 +89,9 @@ class Program:
         so an executable may return views of its own staging memory (the gpu target's pinned buffers)."""
         arrays = {k: np.asarray(v) for k, v in params.items()}
         main = self.get_main_module()
+        prepare = getattr(self._exe, "prepare", None)
+        if prepare is not None:  # e.g. the gpu target pads run-time axes (targets/gpu/runtime_dims.py)
+            arrays = prepare(arrays)
         check_params(main, arrays, getattr(self._exe, "param_shapes", None))
         if self._exe is None:
             return run_module(main, arrays)

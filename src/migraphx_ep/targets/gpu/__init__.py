@@ -82,6 +82,7 @@ class GpuTarget:
     def compile(self, prog: Program, options: CompileOptions, artifacts: dict | None = None):
         from .executable import GpuExecutable
         from .lowering import lower
+        from .runtime_dims import padded_inputs
 
         if artifacts is None:
             from .fuse import adopt_submodules
@@ -102,6 +103,7 @@ class GpuTarget:
             artifacts=artifacts,
             param_shapes=main.get_parameter_shapes(),
             weights=self._device_weights(options, device),
+            padded=padded_inputs(main),
         )
 
     @staticmethod

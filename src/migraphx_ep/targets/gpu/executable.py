@@ -29,6 +29,7 @@ from .kernels.spec import KernelSpec, Unsupported, canonical
 from .lowering import Buf, ConvStep, GemmStep, KernelStep, Lowered, plan_lowered
 from .memory import ALIGN, Storage, align
 from .nvrtc import compile_source, source_key
+from .runtime_dims import pad_inputs
 from .weights import DeviceWeights
 
 log = logging.getLogger("migraphx_ep.gpu")
@@ -46,12 +47,15 @@ class GpuExecutable:
         artifacts: dict | None = None,
         param_shapes: dict | None = None,
         weights: DeviceWeights | None = None,
+        padded: dict | None = None,
     ) -> None:
         t0 = time.perf_counter()
         self.device = device
         self.lowered = lowered
         self.allow_tf32 = allow_tf32
         self.param_shapes = param_shapes
+        # Inputs with run-time axes, compiled at a capacity (runtime_dims.py): padded before each run.
+        self.padded = dict(padded or {})
         self._local = threading.local()
         artifacts = artifacts or {}
         self._images: dict[str, bytes] = dict(artifacts.get("kernels", {}))
@@ -280,6 +284,10 @@ class GpuExecutable:
             self._local.bufs, self._local.views = bufs, views
         return views
 
+    def prepare(self, params: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """``params`` as the program's parameters take them (Program.run_numpy calls this first)."""
+        return pad_inputs(params, self.padded) if self.padded else params
+
     def run(self, params: dict[str, np.ndarray], borrow: bool = False) -> list[np.ndarray]:
         self.device.make_current()  # ORT may call from any thread; pinned allocation needs the context
         staging = self._staging() if borrow else None
@@ -313,6 +321,8 @@ class GpuExecutable:
         or an input whose bytes differ from the parameter's, e.g. a converted type)."""
         first = self.contexts[0]
         if (first.graph is None and first.launches) or type(first.lock).__name__ != "RunLock":
+            return None
+        if self.padded:  # the shell copies inputs as they come: padding and their dims are prepare()'s
             return None
         shapes = {name: shape for name, _, shape in first.inputs}
         input_bytes = []

@@ -575,6 +575,8 @@ def instruction_supported(ins: Instruction, cc: tuple[int, int] | None = None) -
     """None when the gpu target can lower ``ins`` alone, with a kernel of its own or through its
     decomposition (``decompose``); else why not (the partitioner's question). ``cc``: the GPU's compute
     capability, for what needs a newer one (fp8); None when unknown (nothing is refused for it)."""
+    if ins.name == "dimensions_of":  # the pipeline's first pass reads it from an input (runtime_dims.py)
+        return None if ins.inputs[0].is_param() else "dimensions_of of a computed value"
     reason = kernel_supported(ins)
     if reason is None:
         from .quant import device_reason

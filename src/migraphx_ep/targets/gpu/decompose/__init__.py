@@ -126,10 +126,21 @@ def gpu_pipeline(weights: WeightCache | None = None) -> list[Pass]:
     """The gpu target's passes: dot/convolution of dequantised int8/fp8 operands become quant_dot /
     quant_convolution first (MIGraphX's gpu pipeline does too; the ref keeps dequantise-first as its
     oracle), then decompositions, so the shared simplifications see their parts (``weights``: see
-    ``ref_pipeline``); fusions last, on the simplified chains they match."""
+    ``ref_pipeline``); fusions last, on the simplified chains they match. Run-time dims before all:
+    their check reads the program as parsed (runtime_dims.py)."""
     from ..fuse import FUSE_ATTENTION
+    from ..runtime_dims import DIMS_AS_INPUTS
 
-    return [SIMPLIFY_QDQ, DCE, DECOMPOSE_OPS, DCE, *ref_pipeline(weights), FUSE_ATTENTION, DCE]
+    return [
+        DIMS_AS_INPUTS,
+        SIMPLIFY_QDQ,
+        DCE,
+        DECOMPOSE_OPS,
+        DCE,
+        *ref_pipeline(weights),
+        FUSE_ATTENTION,
+        DCE,
+    ]
 
 
 __all__ = ["DECOMPOSE_OPS", "DECOMPOSITIONS", "decompose_ops", "decomposition_supported", "gpu_pipeline"]
