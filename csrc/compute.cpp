@@ -136,7 +136,7 @@ bool try_native(ComputeInfo& ci, OrtKernelContext* ctx, DimsKey& key, bool& keye
   keyed = cuda != nullptr && read_dims_key(ctx, n_in, key);
   if (!keyed) return false;
   std::shared_ptr<const NativePlan> plan = ci.plans.find(key);
-  return plan != nullptr && run_native(*cuda, *plan, ctx, ci.fused_name);
+  return plan != nullptr && run_native(*cuda, *plan, ctx, key, ci.fused_name);
 }
 
 }  // namespace

@@ -49,7 +49,9 @@ Loaded load() {
          bind(lib, "cuMemcpyDtoH_v2", d.memcpy_dtoh, l.why) &&
          bind(lib, "cuMemcpyDtoD_v2", d.memcpy_dtod, l.why) &&
          bind(lib, "cuCtxSynchronize", d.ctx_synchronize, l.why) &&
-         bind(lib, "cuPointerGetAttribute", d.pointer_get_attribute, l.why);
+         bind(lib, "cuPointerGetAttribute", d.pointer_get_attribute, l.why) &&
+         bind(lib, "cuMemsetD8Async", d.memset_d8_async, l.why) &&
+         bind(lib, "cuMemcpy3DAsync_v2", d.memcpy_3d_async, l.why);
   // Optional (CUDA 11.4+): all or none, so can_build_graphs() means every one is there.
   std::string no_graphs;
   if (!(bind(lib, "cuGraphCreate", d.graph_create, no_graphs) &&

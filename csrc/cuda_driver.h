@@ -13,7 +13,7 @@ using CuResult = int;  // CUresult: 0 is CUDA_SUCCESS
 using CuDevicePtr = unsigned long long;
 using CuHandle = void*;  // CUcontext, CUstream, CUgraphExec: opaque pointers
 
-// cuda.h's CUDA_MEMCPY3D, field for field (the IO graph's memcpy nodes: 1-D device copies only).
+// cuda.h's CUDA_MEMCPY3D, field for field (the IO graph's memcpy nodes, and rows copied into a padded slot).
 struct CuMemcpy3D {
   size_t srcXInBytes, srcY, srcZ, srcLOD;
   int srcMemoryType;  // CUmemorytype: 2 is device
@@ -53,6 +53,9 @@ struct CudaDriver {
   CuResult (*memcpy_dtod)(CuDevicePtr dst, CuDevicePtr src, size_t bytes) = nullptr;
   CuResult (*ctx_synchronize)() = nullptr;
   CuResult (*pointer_get_attribute)(void* data, int attribute, CuDevicePtr ptr) = nullptr;
+  // Inputs with a run-time axis (native_run.h NativePad): a zeroed slot, then the rows at its pitch.
+  CuResult (*memset_d8_async)(CuDevicePtr dst, unsigned char value, size_t bytes, CuHandle stream) = nullptr;
+  CuResult (*memcpy_3d_async)(const CuMemcpy3D* params, CuHandle stream) = nullptr;
   // Graph building (the native path's IO graph); optional: without them the copies are issued one by one.
   CuResult (*graph_create)(CuHandle* graph, unsigned flags) = nullptr;
   CuResult (*graph_add_memcpy_node)(CuHandle* node, CuHandle graph, const CuHandle* deps, size_t n_deps,

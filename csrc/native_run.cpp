@@ -26,10 +26,38 @@ size_t DimsKeyHash::operator()(const DimsKey& k) const noexcept {
   return h;
 }
 
+namespace {
+
+bool fits(const NativePlan& plan, const DimsKey& key) {
+  if (key.size() != plan.pattern.size()) return false;
+  for (size_t j = 0; j < key.size(); ++j) {
+    const bool ok = plan.free[j] ? key[j] >= 0 && key[j] <= plan.pattern[j] : key[j] == plan.pattern[j];
+    if (!ok) return false;
+  }
+  return true;
+}
+
+// Where each input's entry (its rank, then its dims) starts in a dims key (read_dims_key's layout).
+std::vector<size_t> input_offsets(const DimsKey& key, size_t n_inputs) {
+  std::vector<size_t> at(n_inputs);
+  size_t pos = 0;
+  for (size_t i = 0; i < n_inputs; ++i) {
+    at[i] = pos;
+    pos += key[pos] < 0 ? 1 : 1 + static_cast<size_t>(key[pos]);
+  }
+  return at;
+}
+
+}  // namespace
+
 std::shared_ptr<const NativePlan> NativePlans::find(const DimsKey& key) const {
   std::lock_guard<std::mutex> g(mutex_);
   auto it = plans_.find(key);
-  return it == plans_.end() ? nullptr : it->second;
+  if (it != plans_.end()) return it->second;
+  for (const auto& p : padded_) {
+    if (fits(*p, key)) return p;
+  }
+  return nullptr;
 }
 
 bool NativePlans::refused(const DimsKey& key) const {
@@ -46,6 +74,8 @@ std::shared_ptr<NativeContext> parse_context(py::handle obj) {
   c->graph = handle_of<void>(d["graph"]);
   if (d.contains("graph_template")) c->graph_template = handle_of<void>(d["graph_template"]);
   c->inputs = d["inputs"].cast<std::vector<CuDevicePtr>>();
+  c->dims = d.contains("dims") ? d["dims"].cast<std::vector<CuDevicePtr>>() : std::vector<CuDevicePtr>();
+  c->dims.resize(c->inputs.size(), 0);
   c->outputs = d["outputs"].cast<std::vector<CuDevicePtr>>();
   py::tuple errors = d["errors"];
   c->error_slots = handle_of<int32_t>(errors[0]);
@@ -73,6 +103,27 @@ void NativePlans::add(const DimsKey& key, py::handle obj) {
   plan->context = handle_of<void>(d["context"]);
   plan->device = d["device"].cast<int>();
   plan->input_bytes = d["input_bytes"].cast<std::vector<size_t>>();
+  plan->pads.assign(plan->input_bytes.size(), NativePad{});
+  if (d.contains("pads")) {
+    py::list pads = d["pads"];
+    for (size_t i = 0; i < pads.size() && i < plan->pads.size(); ++i) {
+      if (pads[i].is_none()) continue;
+      py::tuple t = py::reinterpret_borrow<py::tuple>(pads[i]);  // (capacity of the last axis, element bytes)
+      plan->pads[i] = NativePad{t[0].cast<size_t>(), t[1].cast<size_t>()};
+      plan->padded = true;
+    }
+  }
+  if (plan->padded) {  // the pattern: this key, each padded input's last dim free up to its capacity
+    plan->pattern = key;
+    plan->free.assign(key.size(), 0);
+    const std::vector<size_t> at = input_offsets(key, plan->pads.size());
+    for (size_t i = 0; i < plan->pads.size(); ++i) {
+      if (plan->pads[i].capacity == 0 || key[at[i]] <= 0) continue;
+      const size_t last = at[i] + static_cast<size_t>(key[at[i]]);
+      plan->pattern[last] = static_cast<int64_t>(plan->pads[i].capacity);
+      plan->free[last] = 1;
+    }
+  }
   for (py::handle out : d["outputs"]) {
     py::tuple t = py::reinterpret_borrow<py::tuple>(out);  // (constant bytes | None, nbytes, dims)
     NativeOutput o;
@@ -87,29 +138,41 @@ void NativePlans::add(const DimsKey& key, py::handle obj) {
   plan->grow = d["grow"];
   plan->owner = d["owner"];
   std::lock_guard<std::mutex> g(mutex_);
-  plans_.emplace(key, std::move(plan));
+  if (!plan->padded) {
+    plans_.emplace(key, std::move(plan));
+    return;
+  }
+  for (const auto& p : padded_) {
+    if (fits(*p, key)) return;  // another Run made the same plan meanwhile
+  }
+  if (padded_.size() < d["capacity"].cast<size_t>()) padded_.push_back(std::move(plan));
 }
 
 void NativePlans::clear() noexcept {
   std::unordered_map<DimsKey, std::shared_ptr<NativePlan>, DimsKeyHash> gone;
+  std::vector<std::shared_ptr<NativePlan>> gone_padded;
   {
     std::lock_guard<std::mutex> g(mutex_);
     gone.swap(plans_);
+    gone_padded.swap(padded_);
   }
   // Destroyed here, under the caller's GIL: each owner's last reference may free an executable.
 }
 
 void NativePlans::abandon() noexcept {
   std::lock_guard<std::mutex> g(mutex_);
-  for (auto& kv : plans_) {
-    kv.second->owner.release();  // leak references: Python is going away
-    kv.second->grow.release();
-    for (auto& c : kv.second->contexts) {
+  auto forget = [](NativePlan& p) {
+    p.owner.release();  // leak references: Python is going away
+    p.grow.release();
+    for (auto& c : p.contexts) {
       c->lock.reset();
       c->io.release();  // the driver may be shutting down too: never call it from here
     }
-  }
+  };
+  for (auto& kv : plans_) forget(*kv.second);
+  for (auto& p : padded_) forget(*p);
   plans_.clear();
+  padded_.clear();
 }
 
 bool read_dims_key(OrtKernelContext* ctx, size_t n_inputs, DimsKey& key) {
@@ -343,7 +406,55 @@ bool launch_io_graph(const CudaDriver& cuda, const NativePlan& plan, const Nativ
 
 }  // namespace
 
-bool run_native(const CudaDriver& cuda, const NativePlan& plan, OrtKernelContext* ctx, const std::string& label) {
+namespace {
+
+// One padded input's copy (NativePad): `rows` rows of `width` bytes, into a slot `pitch` bytes wide.
+struct PaddedCopy {
+  size_t rows = 0, width = 0, pitch = 0;
+  const int64_t* dims = nullptr;  // the input's dims, in the Run's key
+  size_t rank = 0;
+};
+
+PaddedCopy padded_copy(const NativePad& pad, const DimsKey& key, size_t at) {
+  PaddedCopy p;
+  p.rank = static_cast<size_t>(key[at]);
+  p.dims = key.data() + at + 1;
+  p.rows = 1;
+  for (size_t j = 0; j + 1 < p.rank; ++j) p.rows *= static_cast<size_t>(p.dims[j]);
+  p.width = static_cast<size_t>(p.dims[p.rank - 1]) * pad.elem;
+  p.pitch = pad.capacity * pad.elem;
+  return p;
+}
+
+void copy_padded(const CudaDriver& cuda, const NativeContext& c, size_t i, const Place& src, const PaddedCopy& p,
+                 size_t slot_bytes, const Where& what) {
+  const CuDevicePtr slot = c.inputs[i];
+  if (p.width < p.pitch) cuda.check(cuda.memset_d8_async(slot, 0, slot_bytes, c.stream), "cuMemsetD8Async");
+  if (p.width != 0 && p.rows != 0) {
+    CuMemcpy3D m{};
+    m.srcMemoryType = src.device ? 2 : 1;  // CU_MEMORYTYPE_DEVICE / _HOST
+    m.srcHost = src.ptr;
+    m.srcDevice = reinterpret_cast<CuDevicePtr>(src.ptr);
+    m.srcPitch = p.width;
+    m.srcHeight = p.rows;
+    m.dstMemoryType = 2;
+    m.dstDevice = slot;
+    m.dstPitch = p.pitch;
+    m.dstHeight = p.rows;
+    m.WidthInBytes = p.width;
+    m.Height = p.rows;
+    m.Depth = 1;
+    check_copy(cuda, cuda.memcpy_3d_async(&m, c.stream), "cuMemcpy3DAsync", src, what);
+  }
+  if (c.dims[i] != 0) {
+    cuda.check(cuda.memcpy_htod_async(c.dims[i], p.dims, p.rank * sizeof(int64_t), c.stream), "cuMemcpyHtoDAsync");
+  }
+}
+
+}  // namespace
+
+bool run_native(const CudaDriver& cuda, const NativePlan& plan, OrtKernelContext* ctx, const DimsKey& key,
+                const std::string& label) {
   const OrtApi& ort = *api().ort;
   // Outputs first: ORT allocates them before any device work, so a failure here leaves the device alone.
   std::vector<Place> dst(plan.outputs.size());
@@ -356,15 +467,20 @@ bool run_native(const CudaDriver& cuda, const NativePlan& plan, OrtKernelContext
     dst[i] = place_of(out, /*writable=*/true, plan.device, Where{label, i, true});
   }
   std::vector<Place> src(plan.input_bytes.size());
+  std::vector<PaddedCopy> padded(plan.padded ? plan.input_bytes.size() : 0);
+  const std::vector<size_t> at = plan.padded ? input_offsets(key, plan.input_bytes.size()) : std::vector<size_t>();
   for (size_t i = 0; i < plan.input_bytes.size(); ++i) {
     if (plan.input_bytes[i] == 0) continue;
     const OrtValue* v = nullptr;
     check(ort.KernelContext_GetInput(ctx, i, &v));
     size_t nbytes = 0;
     check(ort.GetTensorSizeInBytes(v, &nbytes));
-    if (nbytes != plan.input_bytes[i]) {
+    const bool pad = plan.padded && plan.pads[i].capacity != 0;
+    if (pad) padded[i] = padded_copy(plan.pads[i], key, at[i]);
+    const size_t want = pad ? padded[i].rows * padded[i].width : plan.input_bytes[i];
+    if (nbytes != want) {
       throw OrtError(ORT_FAIL, Where{label, i, false}.str() + " has " + std::to_string(nbytes) +
-                                   " bytes, the compiled program takes " + std::to_string(plan.input_bytes[i]));
+                                   " bytes, the compiled program takes " + std::to_string(want));
     }
     src[i] = place_of(v, /*writable=*/false, plan.device, Where{label, i, false});
   }
@@ -374,9 +490,14 @@ bool run_native(const CudaDriver& cuda, const NativePlan& plan, OrtKernelContext
   // ORT may call from any thread; the primary context must be current on this one.
   cuda.check(cuda.ctx_set_current(plan.context), "cuCtxSetCurrent");
   // Device memory on both sides: the copies and the program in one launch (the IO graph).
-  const bool one_launch = io_graphs_enabled() && launch_io_graph(cuda, plan, c, src, dst);
+  // (Not with padded inputs: their copies change size with every Run.)
+  const bool one_launch = !plan.padded && io_graphs_enabled() && launch_io_graph(cuda, plan, c, src, dst);
   for (size_t i = 0; i < src.size() && !one_launch; ++i) {
     const Place& p = src[i];
+    if (plan.padded && plan.pads[i].capacity != 0 && plan.input_bytes[i] != 0) {
+      copy_padded(cuda, c, i, p, padded[i], plan.input_bytes[i], Where{label, i, false});
+      continue;
+    }
     if (p.ptr == nullptr) continue;
     const size_t n = plan.input_bytes[i];
     if (p.device) {

@@ -31,6 +31,14 @@ struct RunLock {
   std::mutex mutex;
 };
 
+// An input with a run-time last axis (targets/gpu/runtime_dims.py): the program was compiled for a slot
+// `capacity` elements wide there; each Run zeroes the slot, copies the input's rows into it at that pitch
+// and writes the input's dims into the program's `<input>@dims` slot.
+struct NativePad {
+  size_t capacity = 0;  // 0: the input is copied as it is
+  size_t elem = 0;      // bytes per element
+};
+
 struct NativeOutput {
   std::string constant;  // the bytes of an output computed at compile time (when `is_constant`)
   bool is_constant = false;
@@ -60,6 +68,7 @@ struct NativeContext {
   mutable std::unique_ptr<IoGraph> io;
   mutable bool io_off = false;
   std::vector<CuDevicePtr> inputs;   // per fused-node input: its arena address (0: the program ignores it)
+  std::vector<CuDevicePtr> dims;     // per fused-node input: where its padded dims go (0: none)
   std::vector<CuDevicePtr> outputs;  // per output: its arena address (0: a constant)
   int32_t* error_slots = nullptr;    // mapped host memory the kernels write (errors.py)
   size_t n_error_slots = 0;
@@ -69,8 +78,13 @@ struct NativeContext {
 struct NativePlan {
   CuHandle context = nullptr;
   int device = 0;  // CUDA ordinal: device-resident inputs and outputs must be on it
-  std::vector<size_t> input_bytes;
+  std::vector<size_t> input_bytes;  // per input: its slot's bytes
+  std::vector<NativePad> pads;      // per input
   std::vector<NativeOutput> outputs;
+  // A padded plan serves every dims key like `pattern` but at positions `free`, which may be up to it.
+  bool padded = false;
+  std::vector<int64_t> pattern;
+  std::vector<char> free;
   mutable std::atomic<size_t> max_contexts{1};  // lowered to the current count when growing fails
   mutable std::atomic<bool> growing{false};       // one new context at a time
   // The contexts made so far; a Run that finds them all busy asks `grow` (under the GIL) for another.
@@ -88,7 +102,7 @@ struct DimsKeyHash {
   size_t operator()(const DimsKey& k) const noexcept;
 };
 
-// The plans of one fused node, by input dims. Plans are never evicted (the executables they hold stay
+// The plans of one fused node, by input dims (a padded plan: by a pattern of them). Plans are never evicted (the executables they hold stay
 // alive with the session); at most `capacity` are kept (the EP's max_compiled_models), beyond which a new
 // shape keeps running through Python.
 class NativePlans {
@@ -109,6 +123,8 @@ class NativePlans {
   // Dims Python refused a plan for (the ref target, value-specialised inputs, no CUDA graph): asking
   // again after every Run would cost a Python call each. Bounded: past the cap it is started afresh.
   std::unordered_set<DimsKey, DimsKeyHash> refused_;
+  // Plans of programs with run-time axes, each serving many dims (NativePlan::pattern); looked at on a miss.
+  std::vector<std::shared_ptr<NativePlan>> padded_;
 };
 
 // Reads the input dims of `ctx` into `key`; false when an input is not a tensor in CPU memory the native
@@ -117,7 +133,8 @@ bool read_dims_key(OrtKernelContext* ctx, size_t n_inputs, DimsKey& key);
 
 // Runs `plan`. Returns false, having written nothing ORT can see as a result, when a kernel reported an
 // error through its slot: the caller then runs the inputs through Python, which raises the ref's error.
-bool run_native(const CudaDriver& cuda, const NativePlan& plan, OrtKernelContext* ctx, const std::string& label);
+bool run_native(const CudaDriver& cuda, const NativePlan& plan, OrtKernelContext* ctx, const DimsKey& key,
+                const std::string& label);
 
 // Whether Compute may take the native path at all (MIGRAPHX_EP_NATIVE_RUN=0 turns it off, for A/B
 // measurements and debugging).

@@ -176,6 +176,16 @@ def test_genai_decoder_on_gpu_matches_cpu_ep(name: str, recording) -> None:
 
 
 @pytest.mark.gpu
+def test_genai_decode_steps_run_without_python_on_gpu(recording, python_runs) -> None:
+    # The prompt and the first decode step compile and run in Python; every later step (a mask one
+    # longer each time) runs in the shell, padded into the first decode step's program.
+    want, _ = _greedy(gqacases.GENAI / "llama_fp32", ["CPUExecutionProvider"])
+    got, _ = _greedy(gqacases.GENAI / "llama_fp32", [(EP, {"migraphx_target": "gpu"})], recording)
+    assert got == want
+    assert python_runs["n"] == 2
+
+
+@pytest.mark.gpu
 @pytest.mark.parametrize("name", ["llama_fp32", "llama_int4"])
 def test_genai_generate_on_gpu_matches_cpu_ep(name: str, recording) -> None:
     og = pytest.importorskip("onnxruntime_genai", reason="onnxruntime-genai is not installed")

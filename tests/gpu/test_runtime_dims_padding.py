@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 
 import numpy as np
+import onnx
 import pytest
 from onnx import TensorProto as T
 from onnx import helper as h
@@ -26,6 +27,10 @@ from migraphx_ep.targets.gpu.runtime_dims import DIMS_SUFFIX, PaddingNotExact, d
 
 
 def mask_graph(reduce: str = "ReduceSum", before: list | None = None) -> dict:
+    return model_to_dict(mask_model(reduce, before))
+
+
+def mask_model(reduce: str = "ReduceSum", before: list | None = None) -> onnx.ModelProto:
     """y = x * (reduce(m, axis 1) + Shape(mask)[1]), m = ``before`` applied to mask (B, T)."""
     m = before[-1].output[0] if before else "mask"
     nodes = [
@@ -48,7 +53,7 @@ def mask_graph(reduce: str = "ReduceSum", before: list | None = None) -> dict:
         [h.make_tensor_value_info("y", T.FLOAT, ["B", 4])],
         [h.make_tensor("axis1", T.INT64, [1], [1]), h.make_tensor("idx1", T.INT64, [], [1])],
     )
-    return model_to_dict(h.make_model(g, opset_imports=[h.make_opsetid("", 18)]))
+    return h.make_model(g, opset_imports=[h.make_opsetid("", 18)])
 
 
 def expected(x: np.ndarray, mask: np.ndarray, reduce=np.sum) -> np.ndarray:
@@ -132,7 +137,40 @@ def test_lengths_share_a_program_per_capacity_on_the_gpu(caplog):
     assert c.runtime == {"mask": (1,)}
     assert c.compiles == 2, "one program up to the minimum capacity, one for the next"
     assert set(c.programs) == {((2, 4), (2, -MIN_CAPACITY)), ((2, 4), (2, -2 * MIN_CAPACITY))}
-    assert c.native_plan(feeds(2, MIN_CAPACITY)) is None  # padding is the Python path's
+    plan = c.native_plan(feeds(2, 700))
+    assert plan is not None and plan["pads"] == [None, (MIN_CAPACITY, 8)]  # mask: int64 rows
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("bound", [False, True], ids=["numpy", "iobinding"])
+def test_the_native_path_pads_every_length_up_to_the_capacity(python_runs, bound):
+    import onnxruntime as ort
+
+    ep = ("MIGraphXExecutionProvider", {"migraphx_target": "gpu"})
+    sess = ort.InferenceSession(mask_model().SerializeToString(), providers=[ep])
+
+    def run(x: np.ndarray, mask: np.ndarray) -> np.ndarray:
+        if not bound:
+            return sess.run(None, {"x": x, "mask": mask})[0]
+        io = sess.io_binding()
+        io.bind_ortvalue_input("x", ort.OrtValue.ortvalue_from_numpy(x, "cuda", 0))
+        io.bind_ortvalue_input("mask", ort.OrtValue.ortvalue_from_numpy(mask, "cuda", 0))
+        io.bind_output("y", "cuda")
+        sess.run_with_iobinding(io)
+        return io.copy_outputs_to_cpu()[0]
+
+    # 700 then 1: the slot is zeroed again, so no row of an earlier, longer mask is summed
+    for t in (5, 700, 1, 6, MIN_CAPACITY, 3):
+        ins = feeds(2, t)
+        np.testing.assert_array_equal(run(*ins), expected(*ins))
+    assert python_runs["n"] == 1, "the first length compiles in Python; its padded plan serves the rest"
+    for t in (MIN_CAPACITY + 1, 1500):  # past the capacity: Python compiles the next one, once
+        ins = feeds(2, t)
+        np.testing.assert_array_equal(run(*ins), expected(*ins))
+    assert python_runs["n"] == 2
+    ins = feeds(3, 9)  # another batch is another program
+    np.testing.assert_array_equal(run(*ins), expected(*ins))
+    assert python_runs["n"] == 3
 
 
 @pytest.mark.gpu

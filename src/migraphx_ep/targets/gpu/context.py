@@ -21,6 +21,7 @@ from ...timing import stage
 from . import cuda
 from .errors import DeviceErrors
 from .lowering import Buf
+from .runtime_dims import DIMS_SUFFIX
 from .switches import env_int
 
 if TYPE_CHECKING:
@@ -96,7 +97,8 @@ class RunContext:
 
     def native(self, input_names: list[str]) -> dict:
         """This context's part of a native plan (``csrc/native_run.h``): per fused-node input its arena
-        address (0: not a program parameter), per output its address (0: a constant)."""
+        address (0: not a program parameter) and that of its run-time dims (0: none, runtime_dims.py),
+        per output its address (0: a constant)."""
         where = {name: ptr for name, ptr, _ in self.inputs}
         slots = self.errors.host
         return {
@@ -104,6 +106,7 @@ class RunContext:
             "graph": self.graph.exec_handle if self.graph is not None else 0,  # 0: nothing to launch
             "graph_template": self.graph.graph_handle if self.graph is not None else 0,
             "inputs": [where.get(n, 0) for n in input_names],
+            "dims": [where.get(n + DIMS_SUFFIX, 0) for n in input_names],
             "outputs": [0 if isinstance(o, np.ndarray) else o[0] for o in self.outputs],
             "errors": (slots.ctypes.data if slots.size else 0, int(slots.size)),
             "lock": self.lock,

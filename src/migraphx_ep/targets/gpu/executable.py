@@ -29,7 +29,7 @@ from .kernels.spec import KernelSpec, Unsupported, canonical
 from .lowering import Buf, ConvStep, GemmStep, KernelStep, Lowered, plan_lowered
 from .memory import ALIGN, Storage, align
 from .nvrtc import compile_source, source_key
-from .runtime_dims import pad_inputs
+from .runtime_dims import native_pad, pad_inputs
 from .weights import DeviceWeights
 
 log = logging.getLogger("migraphx_ep.gpu")
@@ -322,16 +322,22 @@ class GpuExecutable:
         first = self.contexts[0]
         if (first.graph is None and first.launches) or type(first.lock).__name__ != "RunLock":
             return None
-        if self.padded:  # the shell copies inputs as they come: padding and their dims are prepare()'s
-            return None
         shapes = {name: shape for name, _, shape in first.inputs}
-        input_bytes = []
+        input_bytes, pads = [], []
         for name, arr in zip(input_names, arrays, strict=True):
             shape = shapes.get(name)
+            pads.append(None)
             if shape is None:
                 input_bytes.append(0)  # not a program parameter (the program ignores it)
                 continue
-            if arr is None or shape.bytes() != arr.nbytes or tuple(shape.lens) != arr.shape:
+            if arr is None:
+                return None
+            if name in self.padded:
+                pad = native_pad(arr, *self.padded[name])
+                if pad is None:
+                    return None
+                pads[-1] = pad
+            elif shape.bytes() != arr.nbytes or tuple(shape.lens) != arr.shape:
                 return None
             input_bytes.append(shape.bytes())
         outputs = []
@@ -345,6 +351,7 @@ class GpuExecutable:
             "context": int(self.device.context),
             "device": self.device.id,
             "input_bytes": input_bytes,
+            "pads": pads,
             "outputs": outputs,
             "contexts": [c.native(input_names) for c in self.contexts],
             "max_contexts": max_contexts(),

@@ -120,11 +120,24 @@ def pad_inputs(
     return out
 
 
+def native_pad(arr: np.ndarray, shape: Shape, axes: frozenset[int]) -> tuple[int, int] | None:
+    """How the shell pads ``arr`` for a parameter of capacity ``shape`` (csrc/native_run.h): (capacity of
+    the last axis, element bytes) -- rows copied into a zeroed slot --, or None when it cannot (only the
+    last axis may be a run-time one there; Python pads anything else)."""
+    last = len(shape.lens) - 1
+    if axes != {last} or arr.ndim != len(shape.lens) or arr.shape[:last] != shape.lens[:last]:
+        return None
+    if arr.shape[last] > shape.lens[last]:
+        return None
+    return int(shape.lens[last]), int(arr.dtype.itemsize)
+
+
 __all__ = [
     "DIMS_AS_INPUTS",
     "DIMS_SUFFIX",
     "PaddingNotExact",
     "dims_as_inputs",
+    "native_pad",
     "pad_inputs",
     "padded_inputs",
 ]
