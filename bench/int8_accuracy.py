@@ -5,8 +5,9 @@ by ONNX Runtime's own calibrator, against the same model in float on the same EP
     python3 bench/int8_accuracy.py /tmp/bench_models/bert_base_fp32.onnx --batch 8 --seq 128
 
 Calibration: ``onnxruntime.quantization.create_calibrator`` (MinMax) over ``--calib`` random-but-fixed
-inputs (seed 1), written by ``write_calibration_table`` (``calibration.json``, the format the
-``migraphx_int8_calibration_table_name`` option reads with ``..._use_native_calibration_table=0``).
+inputs (seeds 1000, 1001, ...), written by ``write_calibration_table`` (``calibration.json``, the format
+the ``migraphx_int8_calibration_table_name`` option reads with ``..._use_native_calibration_table=0``);
+the code is ``quant_rows.calibrate``, which the benchmark's int8/fp8 rows use too.
 Evaluation on other random-but-fixed inputs (seed 2): for a classifier (one 2-D output) the share of
 inputs whose top-1 class agrees with float; for any model the largest |quantised - float| relative to
 the largest |float|. Prints one JSON line per mode.
@@ -23,6 +24,7 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 from jsonl import emit  # bench/ is the script's folder: on sys.path
+from quant_rows import calibrate
 
 import migraphx_ep
 from migraphx_ep.testing import random_feeds
@@ -32,22 +34,6 @@ EP = migraphx_ep.get_ep_name()
 
 def feeds(model: onnx.ModelProto, batch: int, seq: int, seed: int) -> dict[str, np.ndarray]:
     return random_feeds(model, lambda axis, _: batch if axis == 0 else seq, np.random.default_rng(seed))
-
-
-def calibrate(path: str, model: onnx.ModelProto, n: int, batch: int, seq: int, out: Path) -> Path:
-    from onnxruntime.quantization import CalibrationDataReader, create_calibrator, write_calibration_table
-
-    class Reader(CalibrationDataReader):
-        def __init__(self) -> None:
-            self.left = [feeds(model, batch, seq, 1000 + i) for i in range(max(1, n // batch))]
-
-        def get_next(self) -> dict | None:
-            return self.left.pop() if self.left else None
-
-    cal = create_calibrator(path, augmented_model_path=str(out / "augmented.onnx"))
-    cal.collect_data(Reader())
-    write_calibration_table(cal.compute_data(), dir=str(out))
-    return out / "calibration.json"
 
 
 def run(path: str, options: dict, batches: list[dict[str, np.ndarray]]) -> list[np.ndarray]:
@@ -71,7 +57,8 @@ def main() -> None:
     base = {"migraphx_target": a.target}
     want = run(a.model, base, evals)
     with tempfile.TemporaryDirectory(prefix="calib_") as tmp:
-        table = calibrate(a.model, model, a.calib, a.batch, a.seq, Path(tmp))
+        samples = [feeds(model, a.batch, a.seq, 1000 + i) for i in range(max(1, a.calib // a.batch))]
+        table = calibrate(a.model, samples, Path(tmp))
         for mode in a.modes.split(","):
             opts = {
                 **base,

@@ -20,10 +20,13 @@ import specs  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 OURS = "migraphx_ep"
+IOB = "migraphx_ep_iobinding"
 EP = "MIGraphXExecutionProvider"  # the provider name in ORT's profiler events
 SYSTEMS = {  # column order and headers
     OURS: "ours (migraphx_ep)",
-    "migraphx_ep_iobinding": "ours, IOBinding",
+    IOB: "ours, IOBinding",
+    "migraphx_ep_qdq": "ours on the QDQ model",
+    "migraphx_ep_qdq_iobinding": "ours on the QDQ model, IOBinding",
     "ort_cuda_numpy": "ORT CUDA EP",
     "ort_cuda_iobinding": "ORT CUDA EP, IOBinding",
     "torch_eager": "torch eager",
@@ -31,6 +34,21 @@ SYSTEMS = {  # column order and headers
     "torch_compile_reduce-overhead": "torch.compile reduce-overhead",
     "ort_cpu": "ORT CPU EP",
 }
+R_O = "torch_compile_reduce-overhead"
+# (header, system, peer, peer's dtype: None = the row's own); int8/fp8 tables: ORT runs the QDQ model.
+RATIOS = [
+    ("ours / ORT CUDA", OURS, "ort_cuda_numpy", None),
+    ("ours / torch.compile r-o", OURS, R_O, None),
+    ("ours IOB / ORT CUDA IOB", IOB, "ort_cuda_iobinding", None),
+    ("ours IOB / torch r-o", IOB, R_O, None),
+]
+QUANT_RATIOS = [
+    ("ours / ORT CUDA QDQ", OURS, "ort_cuda_numpy", None),
+    ("ours IOB / ORT CUDA QDQ IOB", IOB, "ort_cuda_iobinding", None),
+    ("ours on QDQ IOB / ORT CUDA QDQ IOB", "migraphx_ep_qdq_iobinding", "ort_cuda_iobinding", None),
+    ("ours / ours fp16", OURS, OURS, "fp16"),
+    ("ours IOB / ours IOB fp16", IOB, IOB, "fp16"),
+]
 TITLES = {"resnet50": "ResNet-50", "bert_base": "BERT-base seq128", "gpt2": "GPT-2 seq128"}
 ENV_KEYS = {
     "date": "date (UTC)",
@@ -78,7 +96,8 @@ def _model_key(model: str) -> tuple[int, str]:
 
 
 def _dtype_key(dtype: str) -> tuple[int, str]:
-    return (specs.DTYPES.index(dtype) if dtype in specs.DTYPES else len(specs.DTYPES), dtype)
+    order = specs.ALL_DTYPES
+    return (order.index(dtype) if dtype in order else len(order), dtype)
 
 
 def row_order(keys: set[tuple]) -> list[tuple]:
@@ -103,6 +122,11 @@ def _s(x: float | None) -> str:
 
 def _e(x: float | None) -> str:
     return "—" if x is None else f"{x:.1e}"
+
+
+def _rel(acc: dict) -> str:
+    """max_rel, marked where run.py flagged it over the dtype's tolerance (specs.MAX_REL)."""
+    return _e(acc.get("max_rel")) + (" **over**" if acc.get("ok") is False else "")
 
 
 def _cell(rec: dict | None) -> str:
@@ -130,32 +154,61 @@ def _title(model: str, batch: int) -> str:
     return f"{TITLES.get(model, model)} | {batch}"
 
 
+def _quant_options(rec: dict) -> dict[str, str]:
+    """The options an int8/fp8 row of ours ran with beyond the mode and the table (--quant-ep-option)."""
+    opts = rec.get("quant", {}).get("ep_options", {})
+    return {k: v for k, v in opts.items() if not k.endswith(("8_enable", "native_calibration_table"))}
+
+
 def speed_tables(by: dict[tuple, dict]) -> list[str]:
+    """One table per dtype, with the systems that ran (not only ``skipped``) in it."""
     out = []
-    present = [s for s in SYSTEMS if any(k[3] == s for k in by)]
-    dtypes = sorted({k[2] for k in by}, key=_dtype_key)
-    for dtype in dtypes:
+    for dtype in sorted({k[2] for k in by}, key=_dtype_key):
+        quant = dtype in specs.QUANT_DTYPES
+        ran = {k[3] for k, r in by.items() if k[2] == dtype and "skipped" not in r}
+        present = [s for s in SYSTEMS if s in ran]
         rows = row_order({(k[0], k[1]) for k in by if k[2] == dtype})
         out += [f"### {dtype}: median ms per run (lower is better)", ""]
-        ratios = ["ours / ORT CUDA", "ours / torch.compile r-o", "ours IOB / ORT CUDA IOB"]
-        ratios.append("ours IOB / torch r-o")
+        if quant:
+            qdq = " ORT and `ours on the QDQ model`: ORT's int8 QDQ model of it." if dtype == "int8" else ""
+            opts = {
+                f"`{o}={v}`" for k, r in by.items() if k[2] == dtype for o, v in _quant_options(r).items()
+            }
+            with_ = f"`migraphx_{dtype}_enable=1`" + "".join(f", {o}" for o in sorted(opts))
+            note = f"Ours: the fp32 file with {with_} (bench/quant_rows.py).{qdq}"
+            out += [note + " fp16 ratios: over our fp16 row.", ""]
+        # fp8 has no QDQ peer: only the ratios to our fp16 row
+        ratios = [r for r in QUANT_RATIOS if dtype == "int8" or r[3]] if quant else RATIOS
         extra = ["ours: graph replay", "ours: IOB overhead us"]
-        head = ["model", "batch", *(SYSTEMS[s] for s in present), *extra, *ratios]
+        head = ["model", "batch", *(SYSTEMS[s] for s in present), *extra, *(r[0] for r in ratios)]
         out += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
         for model, batch in rows:
             got = {s: by.get((model, batch, dtype, s)) for s in SYSTEMS}
             cells = [_cell(got[s]) for s in present]
-            iob = got.get("migraphx_ep_iobinding") or {}
-            replay = [_ms(iob.get("graph_ms")), f"{iob['overhead_us']:.0f}" if "overhead_us" in iob else "—"]
-            ratios = [
-                _ratio(got[OURS], got["ort_cuda_numpy"]),
-                _ratio(got[OURS], got["torch_compile_reduce-overhead"]),
-                _ratio(got["migraphx_ep_iobinding"], got["ort_cuda_iobinding"]),
-                _ratio(got["migraphx_ep_iobinding"], got["torch_compile_reduce-overhead"]),
-            ]
-            out.append(f"| {_title(model, batch)} | " + " | ".join(cells + replay + ratios) + " |")
+            iob = got.get(IOB) or {}
+            cells += [_ms(iob.get("graph_ms")), f"{iob['overhead_us']:.0f}" if "overhead_us" in iob else "—"]
+            cells += [_ratio(got[a], by.get((model, batch, d or dtype, b))) for _, a, b, d in ratios]
+            out.append(f"| {_title(model, batch)} | " + " | ".join(cells) + " |")
         out.append("")
     return out
+
+
+def quant_accuracy_table(by: dict[tuple, dict]) -> list[str]:
+    """int8/fp8 rows: every system's max rel against the fp32 model; over the tolerance is marked."""
+    keys = {k for k, r in by.items() if k[2] in specs.QUANT_DTYPES and "vs_fp32" in r.get("accuracy", {})}
+    present = [s for s in SYSTEMS if any(k[3] == s for k in keys)]
+    if not present:
+        return []
+    head = ["model", "batch", "dtype", *(SYSTEMS[s] for s in present), "tolerance"]
+    out = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for model, batch, dtype in row_dtype_order({k[:3] for k in keys}):
+        cells = []
+        for s in present:
+            acc = (by.get((model, batch, dtype, s)) or {}).get("accuracy", {}).get("vs_fp32", {})
+            cells.append("error" if "error" in acc else _rel(acc))
+        tol = specs.MAX_REL.get(dtype)
+        out.append(f"| {_title(model, batch)} | {dtype} | " + " | ".join(cells) + f" | {tol} |")
+    return ["### int8 and fp8 against the fp32 model: max |q - fp32| / max |fp32|", "", *out, ""]
 
 
 def compile_table(by: dict[tuple, dict]) -> list[str]:
@@ -217,9 +270,9 @@ def accuracy_table(by: dict[tuple, dict]) -> list[str]:
         nonfinite = sum(a.get("nonfinite", 0) for a in acc.values()) if acc else None
         cells = [
             _e(acc.get("vs_ort_cuda", {}).get("max_abs")),
-            _e(acc.get("vs_ort_cuda", {}).get("max_rel")),
+            _rel(acc.get("vs_ort_cuda", {})),
             _e(acc.get("vs_torch", {}).get("max_abs")),
-            _e(acc.get("vs_torch", {}).get("max_rel")),
+            _rel(acc.get("vs_torch", {})),
             "—" if nonfinite is None else str(nonfinite),
             cpu,
             _e(cuda_acc.get("vs_torch", {}).get("max_abs")),
@@ -248,6 +301,15 @@ def errors_table(results: list[dict]) -> list[str]:
         msg = short_error(r["error"]).replace("|", "\\|")
         out.append(f"| {r['model']} | {r['batch']} | {r['dtype']} | {r['system']} | {msg} |")
     return out + [""]
+
+
+def skipped_lines(by: dict[tuple, dict]) -> list[str]:
+    """Systems a dtype does not run (``skipped`` lines), one sentence per reason."""
+    reasons: dict[str, set[str]] = {}
+    for (_, _, dtype, system), r in by.items():
+        if "skipped" in r:
+            reasons.setdefault(r["skipped"], set()).add(f"{system} ({dtype})")
+    return [f"Not run: {', '.join(sorted(v))}: {k}." for k, v in reasons.items()] + ([""] if reasons else [])
 
 
 def markdown(envs: list[dict], results: list[dict], skipped: list[dict], sources: list[str]) -> str:
@@ -294,8 +356,9 @@ def markdown(envs: list[dict], results: list[dict], skipped: list[dict], sources
         "",
         *accuracy_table(timed),
         "",
+        *quant_accuracy_table(timed),
     ]
-    out += errors_table(results)
+    out += errors_table(results) + skipped_lines(timed)
     for s in skipped:
         rows = ", ".join(f"{r['model']} bs{r['batch']} {r['dtype']}" for r in s["rows"])
         out += [f"Not started ({s['reason']}): {rows}.", ""]

@@ -3,12 +3,15 @@
     python3 bench/run.py --out results.jsonl                       # every model, dtype and system
     python3 bench/run.py --models resnet50 --dtypes fp16 --systems migraphx_ep,ort_cuda_numpy
     python3 bench/run.py --models tests/models/resnet.onnx --systems ort_cpu --runs 5   # any file
+    python3 bench/run.py --models resnet50,bert_base --dtypes fp16,int8,fp8 \
+        --systems migraphx_ep_iobinding,ort_cuda_iobinding                     # int8/fp8 rows
 
 Rows are (model, batch, dtype). Every system of a row gets the same seeded numpy inputs. Each result
 is one JSON line, appended and flushed as soon as it exists, so a killed run keeps what it measured;
 a failing system becomes a line with ``error`` and the run goes on. The first line of each invocation
 is an ``env`` line (date, GPU, driver, versions). ``bench/report.py`` turns the lines into tables;
-bench/README.md says what every time includes.
+bench/README.md says what every time includes. int8/fp8 rows (the fp32 file quantised by our EP with
+a calibration table, and ORT's QDQ model for the peers) are set up by ``quant_rows.py``.
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ from typing import Any
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import quant_rows  # noqa: E402
 import specs  # noqa: E402
 import systems  # noqa: E402
 from report import short_error  # noqa: E402
@@ -62,13 +66,28 @@ def compare(ours: list[np.ndarray], ref: list[np.ndarray]) -> dict[str, Any]:
     return worst
 
 
-def accuracy(system: str, outputs: dict[str, list[np.ndarray]]) -> dict[str, Any]:
+def flag(result: dict[str, Any], dtype: str) -> dict[str, Any]:
+    """``ok``: max_rel within the row dtype's tolerance (specs.MAX_REL) and no new non-finite value."""
+    tol = specs.MAX_REL.get(dtype)
+    if tol is None or "error" in result:
+        return result
+    return {**result, "tol": tol, "ok": result["max_rel"] <= tol and result["nonfinite"] == 0}
+
+
+def accuracy(system: str, outputs: dict[str, list[np.ndarray]], dtype: str = "") -> dict[str, Any]:
     acc = {}
     for key, candidates in REFERENCES.items():
         ref = next((c for c in candidates if c in outputs and c != system), None)
         if ref is not None:
-            acc[key] = {"ref": ref, **compare(outputs[system], outputs[ref])}
+            acc[key] = flag({"ref": ref, **compare(outputs[system], outputs[ref])}, dtype)
     return acc
+
+
+def quant_accuracy(outs: list[np.ndarray], row: systems.Row, quant: quant_rows.Quant) -> dict[str, Any]:
+    """int8/fp8 rows: against the fp32 file's output (ORT CPU EP), never against a float16 peer."""
+    ref, error = quant.reference(row)
+    got = {"error": error} if ref is None else compare(outs, ref)
+    return {"vs_fp32": flag({"ref": "fp32 model on ORT CPU EP", **got}, row.dtype)}
 
 
 def _cmd(args: list[str]) -> str | None:
@@ -164,41 +183,61 @@ def _jsonable(x: Any) -> Any:
 
 
 def plan_rows(args: argparse.Namespace) -> list[tuple[str, str, int, Path, specs.Model | None]]:
+    """(name, dtype, batch, file, spec) per row. A file given by path is a row of its own dtype (unless
+    --dtypes names only int8/fp8), and an int8/fp8 row for each of those in --dtypes if it is fp32."""
     batches = [int(b) for b in args.batches.split(",")] if args.batches else None
+    wanted = specs.parse_dtypes(args.dtypes)
     rows = []
     for name in args.models.split(","):
         if name in specs.MODELS:
             spec = specs.MODELS[name]
-            for dtype in args.dtypes.split(","):
+            for dtype in wanted:
                 path = spec.file(args.model_dir, dtype)
                 rows += [(name, dtype, b, path, spec) for b in batches or spec.batches]
         elif name.endswith(".onnx"):
             path = Path(name)
             dtype = specs.file_dtype(path) if path.exists() else "unknown"  # the row records the error
-            rows += [(path.stem, dtype, b, path, None) for b in batches or [1]]
+            float_rows = dtype == "unknown" or any(d in specs.DTYPES for d in wanted)  # not only int8/fp8
+            own = [dtype] if float_rows else []
+            quant = [d for d in wanted if d in specs.QUANT_DTYPES] if dtype == "fp32" else []
+            rows += [(path.stem, d, b, path, None) for d in own + quant for b in batches or [1]]
         else:
             raise SystemExit(f"unknown model {name!r}: a name in {list(specs.MODELS)} or a path to .onnx")
     return rows
 
 
-def run_row(row: systems.Row, wanted: list[str], writer: Writer, args: argparse.Namespace) -> None:
+def run_row(
+    row: systems.Row, wanted: list[str], writer: Writer, args: argparse.Namespace, quant: quant_rows.Quant
+) -> None:
     outputs: dict[str, list[np.ndarray]] = {}
+    quantised = row.dtype in specs.QUANT_DTYPES
     order = [s for s in systems.SYSTEMS if s in wanted]
     for k, system in enumerate(order):
         if system == "ort_cpu" and row.batch > 1 and not args.cpu_all_batches:
             continue  # the CPU EP is the slow baseline: batch 1 tells enough and saves minutes
+        skip = quant_rows.skip_reason(system, row.dtype)
+        if skip == "":
+            continue  # not applicable to this dtype (our EP on the QDQ model outside int8 rows)
         base = {"kind": "result", "model": row.model, "batch": row.batch, "dtype": row.dtype}
         base["system"] = system
         print(f"[{time.strftime('%H:%M:%S')}] {row.model} bs{row.batch} {row.dtype} {system} ...", flush=True)
+        if skip:
+            writer.write({**base, "skipped": skip})
+            print(f"    skipped: {skip}", flush=True)
+            continue
         t0 = time.perf_counter()
         try:
-            rec, outs = systems.SYSTEMS[system](row)
+            rec, outs = systems.SYSTEMS[system](quant.system_row(row, system))
             outputs[system] = [np.asarray(o) for o in outs]
-            rec = {**base, **rec, "accuracy": accuracy(system, outputs)}
+            if quantised:  # against the fp32 model's output, not against a peer of the row
+                rec = {**base, **rec, "accuracy": quant_accuracy(outputs[system], row, quant)}
+                rec["quant"] = quant.record(row, system)
+            else:
+                rec = {**base, **rec, "accuracy": accuracy(system, outputs, row.dtype)}
         except Exception as e:
             lines = traceback.format_exc().strip().splitlines()
             rec = {**base, "error": f"{type(e).__name__}: {e}"[:2000], "traceback_tail": lines[-8:]}
-            rec["unavailable"] = isinstance(e, systems.Unavailable)
+            rec["unavailable"] = quant_rows.unavailable(e)
         rec["wall_s"] = time.perf_counter() - t0
         writer.write(rec)
         line = f"ERROR {short_error(rec['error'])}" if "error" in rec else _summary(rec)
@@ -219,7 +258,8 @@ def _summary(rec: dict[str, Any]) -> str:
         if "error" in acc:
             parts.append(f"{key} {acc['error']}")
         else:
-            parts.append(f"{key} abs {acc['max_abs']:.2e} rel {acc['max_rel']:.2e}")
+            over = "" if acc.get("ok", True) else f" OVER TOLERANCE {acc['tol']}"
+            parts.append(f"{key} abs {acc['max_abs']:.2e} rel {acc['max_rel']:.2e}{over}")
     return "; ".join(parts)
 
 
@@ -233,7 +273,9 @@ def free_memory() -> None:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--models", default=",".join(specs.MODELS), help="names and/or .onnx paths, comma list")
-    ap.add_argument("--dtypes", default=",".join(specs.DTYPES), help="fp32,fp16 (named models only)")
+    ap.add_argument(
+        "--dtypes", default=",".join(specs.DTYPES), help=f"comma list of {','.join(specs.ALL_DTYPES)}"
+    )
     ap.add_argument("--batches", default="", help="override every model's batch list, e.g. 1,32")
     ap.add_argument("--systems", default=",".join(systems.SYSTEMS), help="comma list; run order is fixed")
     ap.add_argument("--runs", type=int, default=50, help="timed runs per system (default %(default)s)")
@@ -249,7 +291,15 @@ def main() -> int:
     ap.add_argument("--torch-device", default="cuda", help="'cpu' only to debug the harness")
     ap.add_argument("--cap-s", type=float, default=60, help="per system: stop timing after this (>=3 runs)")
     ap.add_argument("--ep-option", action="append", default=[], help="extra migraphx_ep option key=value")
+    ap.add_argument(
+        "--calib", type=int, default=64, help="int8/fp8: calibration inputs (default %(default)s)"
+    )
+    ap.add_argument("--quant-ep-option", action="append", default=[], help="more options, int8/fp8 rows only")
     args = ap.parse_args()
+    try:
+        specs.parse_dtypes(args.dtypes)
+    except ValueError as e:
+        ap.error(str(e))
 
     wanted = args.systems.split(",")
     unknown = [s for s in wanted if s not in systems.SYSTEMS]
@@ -265,6 +315,8 @@ def main() -> int:
         ep_options=dict(kv.split("=", 1) for kv in args.ep_option),
     )
     rows = plan_rows(args)
+    quant_options = dict(kv.split("=", 1) for kv in args.quant_ep_option)
+    quant = quant_rows.Quant(args.model_dir, args.calib, args.seq, quant_options)
     writer = Writer(args.out)
     start = time.perf_counter()
     cuda_libs = load_cuda_libs(wanted)
@@ -295,7 +347,7 @@ def main() -> int:
             continue
         tiny = spec is not None and manifest.get(path.name, {}).get("tiny", False)
         row = systems.Row(name, dtype, batch, path, feeds, spec, settings, shared, tiny=tiny)
-        run_row(row, wanted, writer, args)
+        run_row(row, wanted, writer, args, quant)
         del row
         free_memory()
     writer.f.close()

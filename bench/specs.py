@@ -15,7 +15,15 @@ import onnx
 
 SEQ = 128  # BERT/GPT-2 sequence length; static in the exported graphs (only batch is dynamic)
 IMAGE = 224
-DTYPES = ("fp32", "fp16")
+DTYPES = ("fp32", "fp16")  # the exported files' types (export_models.py writes one file per dtype)
+# Rows on the fp32 file with our EP's migraphx_int8_enable / migraphx_fp8_enable and ORT's QDQ model
+# (bench/quant_rows.py); they take fp32 inputs.
+QUANT_DTYPES = ("int8", "fp8")
+ALL_DTYPES = DTYPES + QUANT_DTYPES
+# Largest max|ours - ref| / max|ref| before a comparison is flagged (``ok: false``), per row dtype.
+# int8/fp8 rows compare with the fp32 model's output (on ORT's CPU EP), so the quantisation error
+# itself counts: measured 3-4% for int8 and 8-9% for fp8 on ResNet-50 and BERT-base (README).
+MAX_REL = {"fp32": 1e-2, "fp16": 2e-2, "int8": 0.1, "fp8": 0.2}
 DEFAULT_MODEL_DIR = "/tmp/bench_models"
 MANIFEST = "manifest.json"
 
@@ -36,7 +44,8 @@ class Model:
     batches: tuple[int, ...]
 
     def file(self, model_dir: str | Path, dtype: str) -> Path:
-        return Path(model_dir) / f"{self.name}_{dtype}.onnx"
+        """The exported file a row of ``dtype`` runs: int8/fp8 rows start from the fp32 file."""
+        return Path(model_dir) / f"{self.name}_{'fp32' if dtype in QUANT_DTYPES else dtype}.onnx"
 
 
 def _text(vocab: int, segments: bool) -> tuple[Input, ...]:
@@ -53,6 +62,15 @@ MODELS: dict[str, Model] = {
         Model("gpt2", _text(50257, False), ("last_hidden_state",), (1,)),
     )
 }
+
+
+def parse_dtypes(text: str) -> list[str]:
+    """``--dtypes``: a comma list of :data:`ALL_DTYPES`, in the given order, without repeats."""
+    dtypes = list(dict.fromkeys(d.strip() for d in text.split(",") if d.strip()))
+    unknown = [d for d in dtypes if d not in ALL_DTYPES]
+    if unknown or not dtypes:
+        raise ValueError(f"unknown dtypes {unknown or [text]}; choose from {list(ALL_DTYPES)}")
+    return dtypes
 
 
 def make_feeds(model: Model, batch: int, dtype: str, seed: int = 0) -> dict[str, np.ndarray]:

@@ -397,4 +397,7 @@ SYSTEMS: dict[str, Callable[[Row], Result]] = {
     "ort_cpu": ort_cpu,
     "migraphx_ep": migraphx_ep,
     "migraphx_ep_iobinding": migraphx_ep_iobinding,
+    # Our EP on ORT's QDQ model (int8 rows only; bench/quant_rows.py hands them a row on that file).
+    "migraphx_ep_qdq": migraphx_ep,
+    "migraphx_ep_qdq_iobinding": migraphx_ep_iobinding,
 }
