@@ -1,24 +1,31 @@
 """LLM decode benchmark: time to first token and decode tokens/s of a GenAI decoder, per system.
 
     python3 bench/llm.py --build /tmp/llm --layers 16 --hidden 2048 [--precisions fp16,int4]
-    python3 bench/llm.py --model /tmp/llm/fp16 --systems ours_genai,ours_ort,cpu_genai \
+    python3 bench/llm.py --model /tmp/llm/fp16 --systems ours_genai,ours_ort,cpu_genai,torch_compile \
         --batch 1,8 --prompt 128 --new 128 [--target gpu] [--out llm.jsonl]
 
-``--build`` makes a Llama-style decoder with random weights (transformers config + ``save_pretrained``,
-a small byte-level tokenizer from tools/make_genai_models.py; token ids are fed directly, so its
-vocabulary does not matter) and runs GenAI's own model builder (``-e cuda`` graphs: GroupQueryAttention,
-MatMulNBits for int4). Systems, each on the same random prompt ids, greedy:
+``--build`` makes a Llama-style decoder with random weights (transformers config + ``save_pretrained``
+into ``<build>/hf``, kept for the torch systems; a small byte-level tokenizer from
+tools/make_genai_models.py; token ids are fed directly, so its vocabulary does not matter) and runs
+GenAI's own model builder on it (``-e cuda`` graphs: GroupQueryAttention, MatMulNBits for int4) into
+``<build>/<precision>``. Systems, each on the same random prompt ids, greedy:
 
 - ``ours_genai``: our EP through onnxruntime-genai (``migraphx_ep.genai``);
 - ``ours_ort``: our EP through plain onnxruntime, the decode loop driven here with GenAI's inputs
   (shared past/present buffers, the mask growing by one); with ``--device-io`` the KV cache lives in
   GPU memory (IOBinding), else in host memory as GenAI keeps it for a plugin EP;
 - ``cpu_genai``: ORT's CPU EP through GenAI (the reference for the tokens);
-- ``cuda_genai``: ORT's CUDA EP through onnxruntime-genai-cuda, where installed.
+- ``cuda_genai``: ORT's CUDA EP through onnxruntime-genai-cuda, where installed;
+- ``torch_eager``, ``torch_compile``: HF transformers ``generate`` with a static KV cache on the
+  transformers checkpoint (``<build>/hf`` or ``--hf``), eager or with ``torch.compile(model.forward,
+  mode="reduce-overhead", fullgraph=True)``, after ``--torch-warmup`` untimed generations
+  (bench/llm_torch.py); float rows only, an int4 row gives a ``skipped`` line.
 
 Per system and batch: time to first token (prompt + first token), decode tokens/s (each sequence's
-new tokens after the first, per second), the tokens' agreement with the first system's, and (ours)
-the programs compiled during the decode steps, which should be none.
+new tokens after the first, per second) of a generation after a warm-up one (whose figures are the
+``cold_*`` fields: compiles included), the tokens' agreement with the first system's, the first
+16 new tokens of batch row 0, and (ours) the programs compiled during the decode steps, which should
+be none. bench/README.md says what each time includes, system by system.
 """
 
 from __future__ import annotations
@@ -27,13 +34,17 @@ import argparse
 import json
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 from jsonl import emit  # bench/ is the script's folder: on sys.path
+from llm_torch import HEAD, run_torch
+from llm_torch import SYSTEMS as TORCH_SYSTEMS
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tools"))
+SYSTEMS = ("ours_genai", "ours_ort", "cpu_genai", "cuda_genai", *TORCH_SYSTEMS)
 
 
 def build(out: Path, layers: int, hidden: int, heads: int, kv_heads: int, inter: int, vocab: int,
@@ -50,10 +61,11 @@ def build(out: Path, layers: int, hidden: int, heads: int, kv_heads: int, inter:
         bos_token_id=0, eos_token_id=0, pad_token_id=0, tie_word_embeddings=False, torch_dtype="float16",
     )  # fmt: skip
     torch.manual_seed(0)
+    hf = out / "hf"  # kept: the torch systems load it (bench/llm_torch.py)
+    transformers.LlamaForCausalLM(config).half().save_pretrained(hf)
+    build_tokenizer().save_pretrained(hf)
+    print(f"saved {hf}", flush=True)
     with tempfile.TemporaryDirectory(prefix="llm_bench_") as tmp:
-        hf = Path(tmp) / "hf"
-        transformers.LlamaForCausalLM(config).half().save_pretrained(hf)
-        build_tokenizer().save_pretrained(hf)
         for p in precisions:
             run_builder_args(hf, out / p, ["-p", p, "-e", "cuda", "-c", str(Path(tmp) / "cache")])
             print(f"built {out / p}", flush=True)
@@ -73,24 +85,37 @@ def _og_model(system: str, path: Path, target: str):
     return og.Model(cfg)
 
 
+def warm(generate: Callable[[], dict]) -> dict:
+    """Two generations of one model: the first (``cold_*``: compiles included, as a first request sees
+    them) and the timed second (a server's steady state; the torch systems are timed after warm-up too)."""
+    cold = generate()
+    rec = generate()
+    rec["cold_ttft_ms"], rec["cold_decode_tok_s"] = cold["ttft_ms"], cold["decode_tok_s"]
+    return rec
+
+
 def run_genai(system: str, path: Path, target: str, prompts: np.ndarray, new: int) -> dict:
     import onnxruntime_genai as og
 
     model = _og_model(system, path, target)
     b, p = prompts.shape
-    params = og.GeneratorParams(model)
-    params.set_search_options(max_length=p + new, min_length=p + new, do_sample=False, batch_size=b)
-    gen = og.Generator(model, params)
-    t0 = time.perf_counter()
-    gen.append_tokens(prompts.astype(np.int32))
-    gen.generate_next_token()
-    ttft = time.perf_counter() - t0
-    t1 = time.perf_counter()
-    while not gen.is_done():
+
+    def generate() -> dict:
+        params = og.GeneratorParams(model)
+        params.set_search_options(max_length=p + new, min_length=p + new, do_sample=False, batch_size=b)
+        gen = og.Generator(model, params)
+        t0 = time.perf_counter()
+        gen.append_tokens(prompts.astype(np.int32))
         gen.generate_next_token()
-    decode = time.perf_counter() - t1
-    tokens = np.array([gen.get_sequence(i)[p:] for i in range(b)])
-    return {"ttft_ms": 1e3 * ttft, "decode_tok_s": b * (new - 1) / decode, "tokens": tokens}
+        ttft = time.perf_counter() - t0
+        t1 = time.perf_counter()
+        while not gen.is_done():
+            gen.generate_next_token()
+        decode = time.perf_counter() - t1
+        tokens = np.array([gen.get_sequence(i)[p:] for i in range(b)])
+        return {"ttft_ms": 1e3 * ttft, "decode_tok_s": b * (new - 1) / decode, "tokens": tokens}
+
+    return warm(generate)
 
 
 def run_ort(path: Path, target: str, prompts: np.ndarray, new: int, device_io: bool) -> dict:
@@ -129,31 +154,37 @@ def run_ort(path: Path, target: str, prompts: np.ndarray, new: int, device_io: b
     for n, v, o in zip(kv_names, kv, out_kv, strict=True):
         io.bind_ortvalue_input(n, v)
         io.bind_ortvalue_output(o, v)  # the shared buffer: present is past
-    ids, tokens, steps = prompts.astype(np.int64), [], []
     after_first_decode = 0
-    for step in range(new):
-        length = p + step
-        io.bind_cpu_input(names["input_ids"], np.ascontiguousarray(ids))
-        io.bind_cpu_input(names["attention_mask"], np.ones((b, length), np.int64))
-        io.bind_output(dec["outputs"]["logits"], "cpu")  # its dims change after the prompt: a new one
-        t = time.perf_counter()
-        sess.run_with_iobinding(io)
-        logits = io.get_outputs()[0].numpy()
-        steps.append(time.perf_counter() - t)
-        ids = logits[:, -1, :].argmax(-1).reshape(b, 1).astype(np.int64)
-        tokens.append(ids[:, 0])
-        if step == 1:
-            after_first_decode = sum(c.compiles for c in compiled)
-    return {
-        "ttft_ms": 1e3 * steps[0],
-        "decode_tok_s": b * (new - 1) / sum(steps[1:]),
-        "tokens": np.stack(tokens, 1),
-        "partitions": len(compiled),
-        "compiles_after_first_decode": sum(c.compiles for c in compiled) - after_first_decode,
-    }
+
+    def generate() -> dict:
+        nonlocal after_first_decode
+        ids, tokens, steps = prompts.astype(np.int64), [], []
+        for step in range(new):
+            length = p + step
+            io.bind_cpu_input(names["input_ids"], np.ascontiguousarray(ids))
+            io.bind_cpu_input(names["attention_mask"], np.ones((b, length), np.int64))
+            io.bind_output(dec["outputs"]["logits"], "cpu")  # its dims change after the prompt: a new one
+            t = time.perf_counter()
+            sess.run_with_iobinding(io)
+            logits = io.get_outputs()[0].numpy()
+            steps.append(time.perf_counter() - t)
+            ids = logits[:, -1, :].argmax(-1).reshape(b, 1).astype(np.int64)
+            tokens.append(ids[:, 0])
+            if step == 1 and not after_first_decode:
+                after_first_decode = sum(c.compiles for c in compiled)
+        return {
+            "ttft_ms": 1e3 * steps[0],
+            "decode_tok_s": b * (new - 1) / sum(steps[1:]),
+            "tokens": np.stack(tokens, 1),
+        }
+
+    rec = warm(generate)
+    rec["partitions"] = len(compiled)
+    rec["compiles_after_first_decode"] = sum(c.compiles for c in compiled) - after_first_decode
+    return rec
 
 
-def main() -> None:
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--build", type=Path)
     ap.add_argument("--layers", type=int, default=16)
@@ -165,14 +196,26 @@ def main() -> None:
     ap.add_argument("--ctx", type=int, default=512)
     ap.add_argument("--precisions", default="fp16,int4")
     ap.add_argument("--model", type=Path)
-    ap.add_argument("--systems", default="ours_genai,ours_ort,cpu_genai")
+    ap.add_argument("--systems", default="ours_genai,ours_ort,cpu_genai", help=f"of {','.join(SYSTEMS)}")
     ap.add_argument("--target", default="gpu")
     ap.add_argument("--device-io", action="store_true", help="ours_ort: KV cache bound in GPU memory")
     ap.add_argument("--batch", default="1")
     ap.add_argument("--prompt", type=int, default=128)
     ap.add_argument("--new", type=int, default=128)
     ap.add_argument("--out", default="")
-    a = ap.parse_args()
+    ap.add_argument(
+        "--hf", type=Path, help="torch systems: the transformers checkpoint (default <model>/../hf)"
+    )
+    ap.add_argument("--torch-warmup", type=int, default=3, help="torch systems: untimed generations first")
+    a = ap.parse_args(argv)
+    unknown = [s for s in a.systems.split(",") if s not in SYSTEMS]
+    if unknown:
+        ap.error(f"unknown systems {','.join(unknown)}: choose from {','.join(SYSTEMS)}")
+    return a
+
+
+def main(argv: list[str] | None = None) -> None:
+    a = parse_args(argv)
     if a.build:
         build(a.build, a.layers, a.hidden, a.heads, a.kv_heads, a.inter, a.vocab, a.ctx,
               a.precisions.split(","))  # fmt: skip
@@ -186,6 +229,8 @@ def main() -> None:
             try:
                 if system == "ours_ort":
                     rec = run_ort(a.model, a.target, prompts, a.new, a.device_io)
+                elif system in TORCH_SYSTEMS:
+                    rec = run_torch(system, a.model, prompts, a.new, a.hf, a.torch_warmup)
                 else:
                     rec = run_genai(system, a.model, a.target, prompts, a.new)
             except Exception as e:  # noqa: BLE001 - one system failing must not hide the others' rows
@@ -194,6 +239,7 @@ def main() -> None:
             if tokens is not None:
                 first = tokens if first is None else first
                 rec["tokens_match_first"] = float(np.mean(tokens == first))
+                rec["tokens_head"] = [int(t) for t in tokens[0, :HEAD]]
             rec.update(system=system, model=a.model.name, batch=batch, prompt=a.prompt, new=a.new)
             emit(rec, a.out)
 
