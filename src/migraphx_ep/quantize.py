@@ -28,6 +28,10 @@ FP8_TYPES = frozenset(
 QUANT_INPUT_TYPES = frozenset({DType.float_type, DType.half_type, DType.double_type, DType.bf16_type})
 # Ops whose meaning involves element types or submodule signatures: quantising them would change it.
 _FP16_NEVER = frozenset({"@param", "@literal", "@return", "convert", "get_tuple_elem"})
+# fp8 products accumulate in float32 (ops/quant.py): sums of up to 448 * 448 per term, far past fp16's
+# 65504. What reads such an accumulator (its dequantising scale) stays in float32; its scaled result is
+# then in the tensor's own range and converts to half safely.
+_ACCUMULATORS = frozenset({"quant_dot", "quant_convolution"})
 # id(x) -> (x, x in half): holding x keeps its id from being reused by a new instruction.
 Cache = dict[int, tuple[Instruction, Instruction]]
 
@@ -89,6 +93,8 @@ def _quantize_fp16_module(
         if names is not None and ins.name not in names:
             continue
         if ins.shape.type == DType.tuple_type or not any(a.shape.type in WIDE_FLOATS for a in ins.inputs):
+            continue
+        if any(a.name in _ACCUMULATORS and a.shape.type in WIDE_FLOATS for a in ins.inputs):
             continue
         new_shapes = [a.shape.with_type(t) if a.shape.type in WIDE_FLOATS else a.shape for a in ins.inputs]
         try:
