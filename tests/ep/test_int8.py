@@ -28,11 +28,11 @@ INT8_TOLERANCE = 0.05
 FP8_TOLERANCE = 0.2
 
 
-def conv_mlp() -> bytes:
+def conv_mlp(rng: np.random.Generator = RNG) -> bytes:
     """Conv -> Relu -> Flatten -> MatMul -> Add: one convolution and one dot to quantise."""
-    w = RNG.standard_normal((4, 3, 3, 3)).astype(np.float32)
-    w2 = RNG.standard_normal((4 * 6 * 6, 5)).astype(np.float32) * 0.1
-    b2 = RNG.standard_normal(5).astype(np.float32)
+    w = rng.standard_normal((4, 3, 3, 3)).astype(np.float32)
+    w2 = rng.standard_normal((4 * 6 * 6, 5)).astype(np.float32) * 0.1
+    b2 = rng.standard_normal(5).astype(np.float32)
     nodes = [
         oh.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1], name="conv"),
         oh.make_node("Relu", ["c"], ["r"], name="relu"),
@@ -44,8 +44,8 @@ def conv_mlp() -> bytes:
     return make_model(nodes, [tensor("x", T.FLOAT, [2, 3, 6, 6])], [tensor("y", T.FLOAT, [2, 5])], inits)
 
 
-def inputs(n: int = 4) -> list[np.ndarray]:
-    return [RNG.standard_normal((2, 3, 6, 6)).astype(np.float32) for _ in range(n)]
+def inputs(n: int = 4, rng: np.random.Generator = RNG) -> list[np.ndarray]:
+    return [rng.standard_normal((2, 3, 6, 6)).astype(np.float32) for _ in range(n)]
 
 
 def tensor_ranges(model: bytes, data: list[np.ndarray]) -> dict[str, tuple[float, float]]:
@@ -207,9 +207,13 @@ def compiled_ops(backend) -> list[str]:
 # dequantising scale must stay float32 (converted first, every output was inf or NaN).
 @pytest.mark.parametrize("fp16", ["0", "1"], ids=["", "fp16"])
 def test_quantised_session_is_close_to_fp32_and_runs_quantised_ops(tmp_path, recording, mode, writer, fp16):
-    model = conv_mlp()
+    # Its own generator: the model and data do not depend on which tests ran first (with the shared
+    # one, an unlucky draw once put int8 at 9.9%; seeds 0-5 measure int8 1.4-3.2%, fp8 5-10%, fp16
+    # adding at most 0.6 points).
+    rng = np.random.default_rng(3)
+    model = conv_mlp(rng)
     table = tmp_path / "cal.table"
-    writer(table, tensor_ranges(model, inputs(8)))
+    writer(table, tensor_ranges(model, inputs(8, rng)))
     opts = {
         "migraphx_target": "ref",
         f"migraphx_{mode}_enable": "1",
@@ -223,7 +227,7 @@ def test_quantised_session_is_close_to_fp32_and_runs_quantised_ops(tmp_path, rec
     assert "quant_convolution" in ops and "quant_dot" in ops
     assert "convolution" not in ops and "dot" not in ops
     tol = INT8_TOLERANCE if mode == "int8" else FP8_TOLERANCE
-    for x in inputs(3):
+    for x in inputs(3, rng):
         got, want = sess.run(None, {"x": x})[0], cpu.run(None, {"x": x})[0]
         err = np.abs(got - want).max() / np.abs(want).max()
         assert 0 < err < tol, err  # quantised (not bit-equal to fp32), and close
