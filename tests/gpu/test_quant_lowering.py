@@ -175,6 +175,25 @@ def test_quant_convolution_lowered_matches_ref(rng, dtype, case) -> None:  # noq
         assert kinds == ["KernelStep:quant_convolution"]
 
 
+def test_a_channels_last_1x1_quant_convolution_reads_its_input_as_the_gemm_rows(rng) -> None:  # noqa: ANN001
+    # conv 3x3 -> int8 -> conv 1x1: the first result is a channels-last view, the int8 kernel between
+    # keeps that layout (quant convolutions make the module channels-last), and the 1x1 convolution's
+    # GEMM reads it as it is: one im2col (the 3x3's), not two.
+    x = quantised(rng, (2, 5, 6, 6), np.int8)
+    m = Module("main")
+    pa = m.add_parameter("a", Shape.of(x))
+    w1 = m.add_literal(quantised(rng, (16, 5, 3, 3), np.int8))
+    w2 = m.add_literal(quantised(rng, (8, 16, 1, 1), np.int8))
+    c1 = m.add_instruction(make_op("quant_convolution", padding=[1, 1, 1, 1]), [pa, w1])
+    q = m.add_instruction(make_op("convert", target_type=I8), [c1])
+    m.add_return([m.add_instruction(make_op("quant_convolution"), [q, w2])])
+    got, steps = simulate(m, {"a": x})
+    assert_quant_equal(got, reference(m, {"a": x}))
+    labels = [s.label for s in steps]
+    assert sum(label.startswith("im2col") for label in labels) == 1, labels
+    assert sum(label.startswith("quant conv as gemm") for label in labels) == 2, labels
+
+
 def test_quant_convolution_with_computed_weights_runs_the_generated_kernel(rng) -> None:  # noqa: ANN001
     x, w = quantised(rng, (1, 3, 5, 5), np.int8), quantised(rng, (4, 3, 3, 3), np.int8)
     m = module("quant_convolution", x, w, const_b=False, padding=[1, 1, 1, 1])

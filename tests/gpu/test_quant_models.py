@@ -58,11 +58,22 @@ def test_symmetric_qdq_model_runs_quant_gemms_and_matches(tmp_path, name) -> Non
     for other in (want, cpu):
         assert np.abs(got - other).max() <= step * 1.001
     # Each GEMM is followed by one kernel: dequantise, bias, relu, requantise and dequantise fused (the
-    # next layer's quantise kernel is its own: a flatten view stands between the two chains).
+    # next layer's quantise kernel is its own: a flatten view stands between the two chains). Quant
+    # convolutions make activations channels-last, so flattening the convolution's result copies it
+    # into NCHW order first, as for float convolutions in NHWC.
     assert (
         kinds(low)
         == {
-            "conv_mlp": ["pointwise", "im2col", "gemm", "pointwise", "pointwise", "gemm", "pointwise"],
+            "conv_mlp": [
+                "pointwise",
+                "im2col",
+                "gemm",
+                "pointwise",
+                "copy",
+                "pointwise",
+                "gemm",
+                "pointwise",
+            ],
             "matmul": ["pointwise", "pad", "gemm", "pointwise"],  # K = 6: A padded to 8 for cuBLASLt
         }[name]
     )

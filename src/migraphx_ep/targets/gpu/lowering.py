@@ -510,8 +510,12 @@ def _want_channels_last(m: Module, use_dnn: bool) -> bool:
     if mode == "0" or not use_dnn:
         return False
     convs = [i for i in m.instructions if i.name == "convolution" and i.shape.ndim() == 4]
+    # int8/fp8 convolutions run as K-major GEMMs (targets/gpu/quant.py): channels-last activations are
+    # their rows as they are (1x1: no im2col at all), and the quantising kernels then read and write
+    # them coalesced.
+    quant = any(i.name == "quant_convolution" and i.shape.ndim() == 4 for i in m.instructions)
     if not convs:
-        return False
+        return quant
     # Measured on an H200 (ResNet-50): NHWC beat NCHW in fp32 (TF32) as well as fp16, at batch 1 and 32.
     return mode == "1" or all(i.shape.type in GEMM_TYPES for i in convs)
 

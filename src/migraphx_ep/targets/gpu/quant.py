@@ -219,9 +219,12 @@ def _quant_conv(lw: Lowering, ins: Instruction) -> None:
     im = Im2col(
         kernel=tuple(ks), padding=tuple(pads), stride=tuple(strides), dilation=tuple(dils), columns=kp
     )
-    cols = lw._new(im.compute_shape([x.shape]), "im2col")
-    spec = im2col_kernel(lw._name(ins), im, x.shape, cols.shape)
-    lw._emit(KernelStep(f"im2col {'x'.join(map(str, ks))}", [x], [cols], spec=spec, op=im))
+    if _rows_as_they_are(x.shape, im, kp):  # channels-last 1x1: the pixels are the GEMM's rows already
+        cols = _buf(x, im.compute_shape([x.shape]))
+    else:
+        cols = lw._new(im.compute_shape([x.shape]), "im2col")
+        spec = im2col_kernel(lw._name(ins), im, x.shape, cols.shape)
+        lw._emit(KernelStep(f"im2col {'x'.join(map(str, ks))}", [x], [cols], spec=spec, op=im))
 
     def make() -> np.ndarray:  # filters as KRSC rows, the column order of im2col
         return _padded(np.moveaxis(wv, 1, -1).reshape(mo, taps), mp, kp)
@@ -242,6 +245,22 @@ def _quant_conv(lw: Lowering, ins: Instruction) -> None:
 
 
 # -- helpers ---------------------------------------------------------------------------------------------
+def _rows_as_they_are(x: Shape, im: Im2col, columns: int) -> bool:
+    """Whether ``x`` already is ``im``'s matrix: a dense channels-last (NHWC) tensor under a 1x1, stride-1,
+    unpadded window, with no padding columns (C a multiple of the GEMM's K granule)."""
+    from .lowering import nhwc_shape
+
+    if x.ndim() != 4:
+        return False
+    return (
+        x.strides == nhwc_shape(x).strides
+        and x.lens[1] == columns
+        and all(k == 1 for k in im.kernel)  # type: ignore[attr-defined]
+        and not any(im.padding)  # type: ignore[attr-defined]
+        and all(v == 1 for v in (*im.stride, *im.dilation))  # type: ignore[attr-defined]
+    )
+
+
 def _im2col_bytes(ins: Instruction) -> int:
     """Bytes of the im2col matrix of a quant_convolution: output pixels x taps (one byte each)."""
     y, w = ins.shape, ins.inputs[1].shape
