@@ -79,6 +79,20 @@ def test_symmetric_qdq_model_runs_quant_gemms_and_matches(tmp_path, name) -> Non
     )
 
 
+@pytest.mark.parametrize("symmetric", [True, False], ids=["int8", "uint8"])
+def test_qdq_zero_points_stay_broadcast_constants(tmp_path, symmetric) -> None:  # noqa: ANN001
+    # A zero point is one number broadcast over the tensor: converting it to the kernels' compute type
+    # must not fold into a full tensor that every quantise kernel then reads (ResNet-50 int8 bs8: a
+    # 25 MB float and a 51 MB int64 tensor per layer).
+    model = qdq_model(conv_mlp(), tmp_path, symmetric=symmetric)
+    x = inputs(1, seed=9)[0]
+    main, _ = lowered(parse_graph(model_to_dict(model), {"x": Shape(from_numpy(x.dtype), x.shape)}).program)
+    for ins in main.instructions:
+        if ins.is_literal() and ins.shape.elements() > 1:
+            v = np.asarray(ins.eval())
+            assert not (v == v.flat[0]).all(), f"a uniform {ins.shape} literal: a folded broadcast"
+
+
 def test_asymmetric_uint8_qdq_model_stays_float_and_matches(tmp_path) -> None:  # noqa: ANN001
     """ORT's default (uint8 activations with zero points) is not quant_dot's symmetric form: the gpu
     target dequantises and runs float GEMMs, still matching."""

@@ -30,7 +30,13 @@ class Builder:
             return self.m.add_literal(np.asarray(value).astype(to_numpy(t)))
 
     def convert(self, x: Instruction, t: DType) -> Instruction:
-        return x if x.shape.type == t else self.add("convert", x, target_type=t)
+        if x.shape.type == t:
+            return x
+        if x.name == "multibroadcast":
+            # Convert what is broadcast, then broadcast it: the same numbers, and a constant (a QDQ zero
+            # point) folds to one value per distinct element, not to a full tensor every kernel reads.
+            return self.add("multibroadcast", self.convert(x.inputs[0], t), out_lens=list(x.shape.lens))
+        return self.add("convert", x, target_type=t)
 
     def broadcast_to(self, x: Instruction, lens: Sequence[int]) -> Instruction:
         lens = tuple(lens)
