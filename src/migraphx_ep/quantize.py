@@ -71,10 +71,10 @@ def _as_half(
         conv, out = make_op("convert", target_type=t), x.shape.with_type(t)
         half = functools.partial(conv.compute, out, [lit.value])
         h = m.add_literal(weights.derive(op_key(conv, out), [lit], half) if weights else half())
-    elif x.name == "multibroadcast":
+    elif x.name in ("multibroadcast", "broadcast"):
         # Convert what is broadcast, then broadcast it (the same numbers, fewer converted): converting
-        # a broadcast weight would fold to a copy of it per batch index, made (and uploaded) again for
-        # every batch size.
+        # a broadcast weight would fold to a copy of it per batch index (a convolution's bias: per
+        # pixel too), made (and uploaded, and read by its kernel) again for every batch size.
         h = m.insert_instruction(user, x.op, [_as_half(m, user, x.inputs[0], cache, t, weights)])
     else:
         h = _convert(m, user, x, t)

@@ -141,3 +141,17 @@ def test_a_full_expression_table_starts_afresh_without_mixing_keys(monkeypatch):
         feeds = random_inputs(m)
         for got, want in zip(run_module(m, feeds), run_module(plain, feeds), strict=True):
             assert same_bits(got, want)
+
+
+def test_fp16_conversion_of_a_broadcast_bias_stays_one_value_per_channel():
+    # A convolution's bias is broadcast along axis 1 (``broadcast``, not ``multibroadcast``): converted
+    # after broadcasting, it folded to a full (batch, C, H, W) half tensor that its kernel then read.
+    b = Build()
+    x = b.param("x", [2, 4, 5, 5])
+    bias = b.m.add_literal(RNG.standard_normal(4).astype(np.float32))
+    b.ret(b("add", x, b("broadcast", bias, axis=1, out_lens=[2, 4, 5, 5])))
+    prog = Program()
+    prog.modules["main"] = b.m
+    quantize_fp16(prog)
+    run_passes(b.m, ref_pipeline())
+    assert sorted(i.op.value.shape for i in b.m.instructions if i.is_literal()) == [(4,)]  # type: ignore[attr-defined]

@@ -32,10 +32,11 @@ class Builder:
     def convert(self, x: Instruction, t: DType) -> Instruction:
         if x.shape.type == t:
             return x
-        if x.name == "multibroadcast":
+        if x.name in ("multibroadcast", "broadcast"):
             # Convert what is broadcast, then broadcast it: the same numbers, and a constant (a QDQ zero
             # point) folds to one value per distinct element, not to a full tensor every kernel reads.
-            return self.add("multibroadcast", self.convert(x.inputs[0], t), out_lens=list(x.shape.lens))
+            src = self.convert(x.inputs[0], t)
+            return self.m.insert_instruction(self.at, x.op, [src])
         return self.add("convert", x, target_type=t)
 
     def broadcast_to(self, x: Instruction, lens: Sequence[int]) -> Instruction:
