@@ -190,14 +190,24 @@ SiteRanges = Callable[[list[Instruction]], list[float]]
 
 
 def _fake_quant(m: Module, before: Instruction, x: Instruction, scale: float, qtype: DType) -> Instruction:
-    """dequantizelinear(quantizelinear(x)) with a per-tensor symmetric scale into ``qtype``."""
+    """dequantizelinear(quantizelinear(x)) with a per-tensor symmetric scale into ``qtype``. A broadcast
+    ``x`` (a MatMul weight broadcast over the batch) is quantised before it is broadcast: folded, the
+    quantised weight stays one copy, not one per batch index that every GEMM would then read."""
     s = m.add_literal(np.asarray(scale, dtype=x.shape.dtype))
     z = m.add_literal(np.zeros((), dtype=to_numpy(qtype)))
-    if x.shape.lens:
-        s = m.insert_instruction(before, make_op("multibroadcast", out_lens=x.shape.lens), [s])
-        z = m.insert_instruction(before, make_op("multibroadcast", out_lens=x.shape.lens), [z])
-    q = m.insert_instruction(before, make_op("quantizelinear"), [x, s, z])
-    return m.insert_instruction(before, make_op("dequantizelinear"), [q, s, z])
+
+    def spread(v: Instruction, lens: tuple[int, ...]) -> Instruction:
+        return m.insert_instruction(before, make_op("multibroadcast", out_lens=lens), [v]) if lens else v
+
+    base = x.inputs[0] if x.name == "multibroadcast" else x
+    q = m.insert_instruction(
+        before, make_op("quantizelinear"), [base, spread(s, base.shape.lens), spread(z, base.shape.lens)]
+    )
+    if base is not x:
+        q = m.insert_instruction(before, x.op, [q])
+    return m.insert_instruction(
+        before, make_op("dequantizelinear"), [q, spread(s, x.shape.lens), spread(z, x.shape.lens)]
+    )
 
 
 def quantize_static(

@@ -155,3 +155,29 @@ def test_fp16_conversion_of_a_broadcast_bias_stays_one_value_per_channel():
     quantize_fp16(prog)
     run_passes(b.m, ref_pipeline())
     assert sorted(i.op.value.shape for i in b.m.instructions if i.is_literal()) == [(4,)]  # type: ignore[attr-defined]
+
+
+def test_int8_quantisation_of_a_batch_broadcast_weight_keeps_one_copy():
+    # ONNX MatMul broadcasts a 2-D weight over the batch: quantised after broadcasting, the folded int8
+    # weight was one copy per batch index, each read by its own GEMM (BERT-base int8 bs8: 8x the bytes).
+    from migraphx_ep.ir.dtypes import DType
+    from migraphx_ep.passes.simplify_qdq import simplify_qdq
+    from migraphx_ep.quantize import quantize_static
+
+    b = Build()
+    x = b.param("x", [3, 2, 4])
+    w = b.m.add_literal(W.T.copy())  # (4, 6)
+    b.ret(b("dot", x, b("multibroadcast", w, out_lens=[3, 4, 6])))
+    prog = Program()
+    prog.modules["main"] = b.m
+    feeds = {"x": np.random.default_rng(1).uniform(-4, 4, (3, 2, 4)).astype(np.float32)}
+    want = run_module(b.m, feeds)[0]
+    assert quantize_static(prog, DType.int8_type, lambda sites: [4.0, float(np.abs(W).max())]) == 2
+    simplify_qdq(b.m)
+    run_passes(b.m, ref_pipeline())
+    names = [i.name for i in b.m.instructions]
+    assert "quant_dot" in names and "dot" not in names
+    int8 = [i.op.value.shape for i in b.m.instructions if i.is_literal() and i.shape.type == DType.int8_type]  # type: ignore[attr-defined]
+    assert [s for s in int8 if s] == [(4, 6)]  # besides the zero point's one value
+    got = run_module(b.m, feeds)[0]
+    assert np.abs(got - want).max() < 0.05 * np.abs(want).max()  # int8 of both operands
