@@ -32,6 +32,16 @@ def lowered(prog):  # noqa: ANN001, ANN201
     return main, lower(main, use_blas=True, use_dnn=True)
 
 
+def ref_and_lowered(model):  # noqa: ANN001, ANN201
+    """(x, the ref program, the gpu pipeline's main module, its lowering) of ``model`` for one input."""
+    graph = model_to_dict(model)
+    x = inputs(1, seed=9)[0]
+    shapes = {"x": Shape(from_numpy(x.dtype), x.shape)}
+    ref = parse_graph(graph, shapes).program
+    ref.compile(get_target("ref"))
+    return (x, ref, *lowered(parse_graph(graph, shapes).program))
+
+
 def kinds(low) -> list[str]:  # noqa: ANN001
     return [("gemm" if isinstance(s, GemmStep) else s.label.split()[0]) for s in low.steps]
 
@@ -39,12 +49,7 @@ def kinds(low) -> list[str]:  # noqa: ANN001
 @pytest.mark.parametrize("name", list(MODELS))
 def test_symmetric_qdq_model_runs_quant_gemms_and_matches(tmp_path, name) -> None:  # noqa: ANN001
     model = qdq_model(MODELS[name](), tmp_path)
-    graph = model_to_dict(model)
-    x = inputs(1, seed=9)[0]
-    shapes = {"x": Shape(from_numpy(x.dtype), x.shape)}
-    ref = parse_graph(graph, shapes).program
-    ref.compile(get_target("ref"))
-    main, low = lowered(parse_graph(graph, shapes).program)
+    x, ref, main, low = ref_and_lowered(model)
     ops = collections.Counter(i.name for i in main.instructions)
     assert ops["quant_dot"] == 1 and ops["quant_convolution"] == (name == "conv_mlp")
     assert ops["dot"] == ops["convolution"] == 0
@@ -84,9 +89,7 @@ def test_qdq_zero_points_stay_broadcast_constants(tmp_path, symmetric) -> None: 
     # A zero point is one number broadcast over the tensor: converting it to the kernels' compute type
     # must not fold into a full tensor that every quantise kernel then reads (ResNet-50 int8 bs8: a
     # 25 MB float and a 51 MB int64 tensor per layer).
-    model = qdq_model(conv_mlp(), tmp_path, symmetric=symmetric)
-    x = inputs(1, seed=9)[0]
-    main, _ = lowered(parse_graph(model_to_dict(model), {"x": Shape(from_numpy(x.dtype), x.shape)}).program)
+    _, _, main, _ = ref_and_lowered(qdq_model(conv_mlp(), tmp_path, symmetric=symmetric))
     for ins in main.instructions:
         if ins.is_literal() and ins.shape.elements() > 1:
             v = np.asarray(ins.eval())
@@ -96,13 +99,7 @@ def test_qdq_zero_points_stay_broadcast_constants(tmp_path, symmetric) -> None: 
 def test_asymmetric_uint8_qdq_model_stays_float_and_matches(tmp_path) -> None:  # noqa: ANN001
     """ORT's default (uint8 activations with zero points) is not quant_dot's symmetric form: the gpu
     target dequantises and runs float GEMMs, still matching."""
-    model = qdq_model(conv_mlp(), tmp_path, symmetric=False)
-    graph = model_to_dict(model)
-    x = inputs(1, seed=9)[0]
-    shapes = {"x": Shape(from_numpy(x.dtype), x.shape)}
-    ref = parse_graph(graph, shapes).program
-    ref.compile(get_target("ref"))
-    main, low = lowered(parse_graph(graph, shapes).program)
+    x, ref, main, low = ref_and_lowered(qdq_model(conv_mlp(), tmp_path, symmetric=False))
     assert not {"quant_dot", "quant_convolution"} & {i.name for i in main.instructions}
     np.testing.assert_allclose(run_steps(low, {"x": x})[0], ref.run_numpy({"x": x})[0], rtol=1e-5, atol=1e-5)
 
