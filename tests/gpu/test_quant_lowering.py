@@ -194,6 +194,25 @@ def test_a_channels_last_1x1_quant_convolution_reads_its_input_as_the_gemm_rows(
     assert sum(label.startswith("quant conv as gemm") for label in labels) == 2, labels
 
 
+def test_an_fp8_quantise_keeps_channels_last_so_the_next_1x1_needs_no_im2col(rng) -> None:  # noqa: ANN001
+    # fp8 quantising is a kernel of its own (no fp8 pointwise type): it writes the layout it reads.
+    x = quantised(rng, (2, 5, 6, 6), FP8)
+    m = Module("main")
+    pa = m.add_parameter("a", Shape.of(x))
+    w1 = m.add_literal(quantised(rng, (16, 5, 3, 3), FP8))
+    w2 = m.add_literal(quantised(rng, (8, 16, 1, 1), FP8))
+    c1 = m.add_instruction(make_op("quant_convolution", padding=[1, 1, 1, 1]), [pa, w1])
+    lens = list(c1.shape.lens)
+    s = m.add_instruction(make_op("multibroadcast", out_lens=lens), [m.add_literal(np.float32(8.0))])
+    z = m.add_instruction(make_op("multibroadcast", out_lens=lens), [m.add_literal(np.zeros((), FP8))])
+    q = m.add_instruction(make_op("quantizelinear"), [c1, s, z])
+    m.add_return([m.add_instruction(make_op("quant_convolution"), [q, w2])])
+    got, steps = simulate(m, {"a": x})
+    assert_quant_equal(got, reference(m, {"a": x}))
+    labels = [st.label for st in steps]
+    assert sum(label.startswith("im2col") for label in labels) == 1, labels
+
+
 def test_quant_convolution_with_computed_weights_runs_the_generated_kernel(rng) -> None:  # noqa: ANN001
     x, w = quantised(rng, (1, 3, 5, 5), np.int8), quantised(rng, (4, 3, 3, 3), np.int8)
     m = module("quant_convolution", x, w, const_b=False, padding=[1, 1, 1, 1])
