@@ -114,14 +114,12 @@ def lower_quant(lw: Lowering, ins: Instruction) -> None:
 
 
 def _quantize_fp8(lw: Lowering, ins: Instruction) -> None:
-    from .lowering import KernelStep, nhwc_shape
+    from .lowering import KernelStep, _is_nhwc
 
     args = [lw._read(a) for a in ins.inputs]
     # In the layout of what it quantises: channels-last stays so (coalesced both ways, and a 1x1 fp8
     # convolution then reads it as its GEMM's rows, as int8 ones do).
-    x = args[0].shape
-    nhwc = x.ndim() == 4 and x.strides == nhwc_shape(x).strides and not x.standard()
-    out = lw._new(ins.shape.as_standard(), ins.name, nhwc=nhwc)
+    out = lw._new(ins.shape.as_standard(), ins.name, nhwc=_is_nhwc(args[0].shape))
     spec = quantize_fp8_kernel(lw._name(ins), ins.op, [a.shape for a in args], out.shape)
     lw._emit(KernelStep("quantizelinear (fp8)", args, [out], spec=spec, op=ins.op))
     lw.bufs[id(ins)] = out
