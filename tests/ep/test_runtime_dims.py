@@ -10,6 +10,8 @@ import pytest
 from onnx import TensorProto as T
 from onnx import helper as h
 
+from migraphx_ep.ep.compiled import CompiledSubgraph
+from migraphx_ep.ep.options import parse_options
 from migraphx_ep.ep.provider import create_ep
 from migraphx_ep.ep.runtime_dims import candidates, prove
 from migraphx_ep.frontend import model_to_dict
@@ -189,3 +191,22 @@ def test_with_a_value_specialised_input():
         np.testing.assert_array_equal(yr, expected(x, mask).reshape(dims))
     assert c.runtime == {"mask": (1,)} and c.value_inputs == [2]
     assert c.compiles == 3  # (4, 2) and its proof, then (8, 1)
+
+
+def test_a_gpu_subgraph_compiled_for_the_ref_target_is_proven_as_the_ref_proves(caplog, monkeypatch):
+    # The gpu target proves padding in its pipeline; a gpu subgraph the EP compiles for the ref target
+    # instead (value-specialised nodes it cannot lower) never runs that pipeline, so the ref's proof
+    # must run: here it refuses, and the sizes go back into the key.
+    def compile_for_ref(prog, options, tensors):
+        prog.compile(get_target("ref"))
+
+    monkeypatch.setattr("migraphx_ep.ep.compiled.prove", lambda a, b: "a constant follows the size")
+    c = CompiledSubgraph(mask_graph(), "fused_0", parse_options({}, {}), compile_for_ref, target="gpu")
+    assert c.padded and c.runtime == {"mask": (1,)}
+    rng = np.random.default_rng(2)
+    with caplog.at_level(logging.INFO, logger="migraphx_ep"):
+        for t in (4, 6):
+            ins = feeds(2, t, rng)
+            np.testing.assert_array_equal(c.run(ins)[0], expected(*ins))
+    assert c.runtime == {}
+    assert c.compiles == 4  # the capacity's program and the proof's, then T=4 and T=6 keyed as before
