@@ -9,8 +9,9 @@ An int8 or fp8 row starts from the model's **fp32** file (as ``int8_accuracy.py`
   (e.g. ``migraphx_fp16_enable=1`` for the ops that are not quantised);
 - ``ort_cuda_numpy`` / ``ort_cuda_iobinding`` / ``ort_cpu`` and ``migraphx_ep_qdq`` /
   ``migraphx_ep_qdq_iobinding``: the QDQ model ``onnxruntime.quantization.quantize_static`` makes from
-  the same file and calibration set (QDQ format, Conv/MatMul/Gemm, symmetric int8 activations and
-  weights, per tensor), on int8 rows only: there is no fp8 QDQ peer;
+  the same file and calibration set (QDQ format, Conv/MatMul/Gemm, ORT's default types: uint8
+  activations with zero points, symmetric int8 weights, per tensor), on int8 rows only: there is no fp8
+  QDQ peer;
 - torch: not run (a ``skipped`` line with the reason).
 
 The table and the QDQ model are files in ``--model-dir`` next to the models, named after the fp32 file
@@ -36,6 +37,7 @@ import systems
 
 CALIB_SEED = 1000  # calibration inputs use seeds 1000, 1001, ... (the rows' inputs use --seed, 0)
 QDQ_OPS = ("Conv", "MatMul", "Gemm")  # what our EP quantises (dot and convolution inputs)
+QDQ_SUFFIX = "u8.qdq.onnx"  # ORT's default types; the name keeps an older symmetric model from being reused
 TORCH = ("torch_eager", "torch_compile_default", "torch_compile_reduce-overhead")
 OURS_QDQ = ("migraphx_ep_qdq", "migraphx_ep_qdq_iobinding")
 QDQ_SYSTEMS = ("ort_cuda_numpy", "ort_cuda_iobinding", "ort_cpu", *OURS_QDQ)  # they run the QDQ model
@@ -91,8 +93,9 @@ def calibrate(path: str | Path, samples: list[dict[str, np.ndarray]], out: Path)
 
 
 def quantize_qdq(path: str | Path, samples: list[dict[str, np.ndarray]], out: Path) -> Path:
-    """``quantize_static``: QDQ format, Conv/MatMul/Gemm, symmetric int8 activations and weights, per
-    tensor, MinMax over ``samples``; writes the model to ``out``."""
+    """``quantize_static`` with its defaults (what a user gets): QDQ format, uint8 activations with zero
+    points, symmetric int8 weights, per tensor, MinMax over ``samples``; Conv/MatMul/Gemm only, so the
+    rows compare the quantised GEMMs. Writes the model to ``out``."""
     from onnxruntime.quantization import CalibrationMethod, QuantFormat, QuantType, quantize_static
 
     quantize_static(
@@ -102,10 +105,9 @@ def quantize_qdq(path: str | Path, samples: list[dict[str, np.ndarray]], out: Pa
         quant_format=QuantFormat.QDQ,
         op_types_to_quantize=list(QDQ_OPS),
         per_channel=False,
-        activation_type=QuantType.QInt8,
+        activation_type=QuantType.QUInt8,
         weight_type=QuantType.QInt8,
         calibrate_method=CalibrationMethod.MinMax,
-        extra_options={"ActivationSymmetric": True, "WeightSymmetric": True},
     )
     return out
 
@@ -175,7 +177,7 @@ class Quant:
         key = (row.path.resolve(), kind)
         if key not in self.made:
             prep = Prepared()
-            target = Path(f"{self.prefix(row)}.{'json' if kind == 'table' else 'qdq.onnx'}")
+            target = Path(f"{self.prefix(row)}.{'json' if kind == 'table' else QDQ_SUFFIX}")
             try:
                 prep.seconds = _cached(target, row.path, lambda folder: self._make(row, kind, folder))
                 prep.path = target

@@ -83,8 +83,11 @@ def test_table_and_qdq_made_once(model: Path) -> None:
     assert table.name.startswith("resnet.calib-n2") and qdq.name.endswith(".qdq.onnx")
     doc = json.loads(table.read_text())
     assert doc["CLS"] == "TensorsData" and "pixel_values" in doc["data"]
-    ops = {n.op_type for n in onnx.load(str(qdq)).graph.node}
-    assert {"QuantizeLinear", "DequantizeLinear", "Conv"} <= ops
+    g = onnx.load(str(qdq)).graph
+    assert {"QuantizeLinear", "DequantizeLinear", "Conv"} <= {n.op_type for n in g.node}
+    zero_types = {i.name: i.data_type for i in g.initializer}
+    q_zeros = {zero_types[n.input[2]] for n in g.node if n.op_type == "QuantizeLinear"}
+    assert q_zeros == {onnx.TensorProto.UINT8}  # ORT's default: uint8 activations with zero points
     assert all(p.seconds is not None for p in quant.made.values())
     assert sorted(p.name for p in model.parent.iterdir()) == sorted([model.name, table.name, qdq.name])
 

@@ -75,9 +75,13 @@ def inputs(n: int, seed: int = 5) -> list[np.ndarray]:
     return [rng.standard_normal(X_SHAPE).astype(np.float32) for _ in range(n)]
 
 
-def qdq_model(model: onnx.ModelProto, tmp: Path, symmetric: bool = True) -> onnx.ModelProto:
-    """``quantize_static`` in QDQ format on fixed calibration data: int8 activations and weights, per
-    tensor, symmetric (zero points 0: what quant_dot takes) or ORT's default uint8 asymmetric ones."""
+# ``quantize_static`` settings: symmetric int8 (zero points 0), ORT's default (uint8 activations with
+# zero points, int8 weights), the default per output channel, and int8 activations with zero points.
+QDQ_STYLES = ("symmetric", "default", "per_channel", "int8_asymmetric")
+
+
+def qdq_model(model: onnx.ModelProto, tmp: Path, style: str = "symmetric") -> onnx.ModelProto:
+    """``quantize_static`` in QDQ format on fixed calibration data, in one of ``QDQ_STYLES``."""
     from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantType, quantize_static
 
     data = inputs(4)
@@ -91,10 +95,11 @@ def qdq_model(model: onnx.ModelProto, tmp: Path, symmetric: bool = True) -> onnx
 
     src, dst = tmp / "float.onnx", tmp / "qdq.onnx"
     onnx.save(model, src)
-    extra = {"ActivationSymmetric": True, "WeightSymmetric": True} if symmetric else {}
+    extra = {"ActivationSymmetric": True, "WeightSymmetric": True} if style == "symmetric" else {}
+    uint8 = style in ("default", "per_channel")
     quantize_static(
-        str(src), str(dst), Reader(), quant_format=QuantFormat.QDQ,
-        activation_type=QuantType.QInt8 if symmetric else QuantType.QUInt8, weight_type=QuantType.QInt8,
+        str(src), str(dst), Reader(), quant_format=QuantFormat.QDQ, per_channel=style == "per_channel",
+        activation_type=QuantType.QUInt8 if uint8 else QuantType.QInt8, weight_type=QuantType.QInt8,
         extra_options=extra,
     )  # fmt: skip
     return onnx.load(dst)

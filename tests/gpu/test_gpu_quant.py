@@ -21,7 +21,7 @@ from migraphx_ep.ir.shape import Shape
 from migraphx_ep.targets import get_target
 from migraphx_ep.targets.gpu.lowering import GemmStep
 
-from .quantcheck import conv_mlp, inputs, matmul_only, qdq_model, write_table
+from .quantcheck import QDQ_STYLES, conv_mlp, inputs, matmul_only, qdq_model, write_table
 
 pytestmark = pytest.mark.gpu
 EP = "MIGraphXExecutionProvider"
@@ -224,9 +224,10 @@ def compiled_ops(backend) -> list[str]:  # noqa: ANN001
     return [i.name for p in progs for i in p.get_main_module().instructions]
 
 
+@pytest.mark.parametrize("style", QDQ_STYLES)
 @pytest.mark.parametrize("model", [conv_mlp, matmul_only], ids=["conv_mlp", "matmul"])
-def test_qdq_model_on_gpu_matches_ort_cpu(tmp_path, recording, model) -> None:  # noqa: ANN001
-    qm = qdq_model(model(), tmp_path)
+def test_qdq_model_on_gpu_matches_ort_cpu(tmp_path, recording, model, style) -> None:  # noqa: ANN001
+    qm = qdq_model(model(), tmp_path, style)
     ours, cpu = sessions(qm, {"migraphx_target": "gpu"})
     assert ours.get_providers()[0] == EP
     ops = compiled_ops(recording)
