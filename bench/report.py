@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
+import subprocess
 import sys
 from pathlib import Path
 
@@ -281,12 +282,44 @@ def accuracy_table(by: dict[tuple, dict]) -> list[str]:
     return out
 
 
-def env_lines(envs: list[dict]) -> list[str]:
+def commit_of_tree(tree: str) -> str | None:
+    """The local commit whose tree is ``tree`` (run.py's ``git_tree``), or None."""
+    try:
+        log = subprocess.run(
+            ["git", "-C", str(REPO), "log", "--all", "--format=%H %T", "-n", "2000"],
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=True,
+        ).stdout
+    except Exception:
+        return None
+    return next((c for c, t in (line.split() for line in log.splitlines()) if t == tree), None)
+
+
+def commit_values(envs: list[dict], given: str | None) -> list[str]:
+    """What the runs measured: the commit whose tree each run recorded; else the run's git HEAD, which
+    on the GPU machine's copy is stale (``--commit`` then says which commit it was)."""
+    if given:
+        heads = sorted({str(e["git_commit"]) for e in envs if e.get("git_commit")})
+        return [f"{given} (given to report.py; the runs' stale git HEAD: {', '.join(heads) or '—'})"]
+    values = []
+    for e in envs:
+        found = commit_of_tree(e["git_tree"]) if e.get("git_tree") else None
+        if found:
+            values.append(found)
+        elif e.get("git_commit"):
+            dirty = " (with uncommitted changes)" if e.get("git_dirty") else ""
+            values.append(str(e["git_commit"]) + dirty)
+    return list(dict.fromkeys(values))
+
+
+def env_lines(envs: list[dict], commit: str | None = None) -> list[str]:
     out = ["| | |", "|---|---|"]
     for key, label in ENV_KEYS.items():
         values = list(dict.fromkeys(str(e[key]) for e in envs if e.get(key) not in (None, "")))
-        if key == "git_commit" and any(e.get("git_dirty") for e in envs):
-            values = [v + " (with uncommitted changes)" for v in values]
+        if key == "git_commit":
+            values = commit_values(envs, commit)
         if values:
             out.append(f"| {label} | {', '.join(values)} |")
     return out
@@ -312,7 +345,9 @@ def skipped_lines(by: dict[tuple, dict]) -> list[str]:
     return [f"Not run: {', '.join(sorted(v))}: {k}." for k, v in reasons.items()] + ([""] if reasons else [])
 
 
-def markdown(envs: list[dict], results: list[dict], skipped: list[dict], sources: list[str]) -> str:
+def markdown(
+    envs: list[dict], results: list[dict], skipped: list[dict], sources: list[str], commit: str | None = None
+) -> str:
     by = latest(results)
     timed = {k: r for k, r in by.items() if k[3] != "*"}
     gpu = ", ".join(dict.fromkeys(e.get("gpu", "unknown GPU") for e in envs)) or "unknown GPU"
@@ -324,7 +359,7 @@ def markdown(envs: list[dict], results: list[dict], skipped: list[dict], sources
         "by hand. What each number includes: `bench/README.md`. All systems ran in one process per run on "
         "one GPU with the same seeded inputs; models have random weights.",
         "",
-        *env_lines(envs),
+        *env_lines(envs, commit),
         "",
         "## Inference time",
         "",
@@ -370,9 +405,10 @@ def main() -> int:
     ap.add_argument("jsonl", nargs="+")
     ap.add_argument("--md", default=str(REPO / "docs" / "benchmarks.md"))
     ap.add_argument("--json", default=str(REPO / "docs" / "benchmarks.json"))
+    ap.add_argument("--commit", help="the commit measured, for runs recorded before run.py kept git_tree")
     a = ap.parse_args()
     envs, results, skipped = read(a.jsonl)
-    Path(a.md).write_text(markdown(envs, results, skipped, a.jsonl))
+    Path(a.md).write_text(markdown(envs, results, skipped, a.jsonl, a.commit))
     doc = {
         "generated": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "sources": [Path(s).name for s in a.jsonl],

@@ -24,6 +24,7 @@ import os
 import platform
 import subprocess
 import sys
+import tempfile
 import time
 import traceback
 from pathlib import Path
@@ -97,6 +98,21 @@ def _cmd(args: list[str]) -> str | None:
         return None
 
 
+def worktree_tree() -> str | None:
+    """The git tree id of the files as they are (every file git would not ignore), through a scratch
+    index. The GPU machine's copy carries a stale .git, so its HEAD names an older commit; this id
+    equals the tree of the commit that was measured, which ``report.py`` looks up where .git is current."""
+    with tempfile.TemporaryDirectory() as scratch:
+        env = {**os.environ, "GIT_INDEX_FILE": str(Path(scratch) / "index")}
+        try:
+            for args in (["add", "-A", "."], ["write-tree"]):
+                git = ["git", "-C", str(REPO), *args]
+                out = subprocess.run(git, env=env, capture_output=True, text=True, timeout=60, check=True)
+        except Exception:
+            return None
+    return out.stdout.strip() or None
+
+
 def load_manifest(model_dir: str) -> dict[str, Any]:
     path = Path(model_dir) / specs.MANIFEST
     return json.loads(path.read_text())["files"] if path.exists() else {}
@@ -115,6 +131,7 @@ def environment(args: argparse.Namespace, cuda_libs: str, manifest: dict[str, An
         "cuda_libs": cuda_libs,
         "git_commit": _cmd(["git", "-C", str(REPO), "rev-parse", "HEAD"]),
         "git_dirty": bool(_cmd(["git", "-C", str(REPO), "status", "--porcelain", "--untracked-files=no"])),
+        "git_tree": worktree_tree(),
         "models": {
             f: {k: e.get(k) for k in ("exporter", "opset", "tiny", "torch", "versions", "bytes", "nodes")}
             for f, e in manifest.items()
