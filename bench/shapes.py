@@ -1,15 +1,17 @@
 """New input shapes on one session: what a never-seen shape costs, and what it compiles. Usage:
 
     python3 bench/shapes.py MODEL.onnx --dim batch=1:64 [--dim H=224:1024:32 ...] [--calls 200]
-        [--systems migraphx_ep,ort_cuda] [--fp16] [--out shapes.jsonl]
+        [--systems migraphx_ep,ort_cuda,torch_dynamic] [--torch-model NAME] [--fp16] [--out shapes.jsonl]
 
 Each ``--dim NAME=LO:HI[:STEP]`` draws the model's symbolic dim ``NAME`` (for inputs whose dim is that
 ``dim_param``; several names may share a draw with ``NAME1,NAME2=...``) per call, from one seeded
 sequence shared by every system. Per system it reports: the first call (session + first compile), the
 latency of calls whose shape was never seen (p50 / p95 / max), of calls whose shape was seen, the
 NVRTC compiles and program compiles after the first call (ours), and the total time of the sequence.
-``--steady`` then compares, for a few of the shapes, a Run in this session with a Run in a session
-whose first (fully specialised, timed-search) compile was that shape.
+``torch_dynamic`` is ``torch.compile(module, dynamic=True)`` on the same call sequence, for a model of
+``bench/torch_models.py`` named by ``--torch-model`` (its inputs arrive from the host and its outputs go
+back there, as ORT's numpy I/O does). ``--steady`` then compares, for a few of the shapes, a Run in this
+session with a Run in a session whose first (fully specialised, timed-search) compile was that shape.
 """
 
 from __future__ import annotations
@@ -57,8 +59,33 @@ def _sequence(ranges, calls: int, seed: int) -> list[dict[str, int]]:
     return seq
 
 
-def _session(system: str, path: str, fp16: bool):
+class TorchDynamic:
+    """``torch.compile(dynamic=True)`` of a bench model behind ORT's ``run(None, feeds)``."""
+
+    def __init__(self, name: str, path: str) -> None:
+        import specs
+        import torch
+        import torch_models
+
+        self.torch, self.names = torch, [i.name for i in specs.MODELS[name].inputs]
+        module = torch_models.build(name, specs.file_dtype(path), "cuda")
+        self.compiled = torch.compile(module, dynamic=True)
+
+    def run(self, _outputs: None, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
+        t = self.torch
+        with t.no_grad():
+            outs = self.compiled(*(t.from_numpy(feeds[n]).to("cuda") for n in self.names))
+        outs = outs if isinstance(outs, (tuple, list)) else (outs,)
+        return [o.cpu().numpy() for o in outs]
+
+
+def _session(system: str, path: str, fp16: bool, torch_model: str = ""):
     import onnxruntime as ort
+
+    if system == "torch_dynamic":
+        if not torch_model:
+            raise SystemExit("torch_dynamic needs --torch-model (a name in bench/torch_models.py)")
+        return TorchDynamic(torch_model, path)
 
     if system == "migraphx_ep":
         import migraphx_ep
@@ -73,14 +100,14 @@ def _pct(xs: list[float], q: float) -> float | None:
     return sorted(xs)[min(len(xs) - 1, int(q * len(xs)))] if xs else None
 
 
-def run_system(system: str, path: str, model, seq, fp16: bool, seed: int) -> dict:
+def run_system(system: str, path: str, model, seq, fp16: bool, seed: int, torch_model: str = "") -> dict:
     counters = None
     if system == "migraphx_ep":
         from migraphx_ep.targets.gpu import nvrtc
 
         counters = nvrtc.compile_count
     t0 = time.perf_counter()
-    sess = _session(system, path, fp16)
+    sess = _session(system, path, fp16, torch_model)
     rng = np.random.default_rng(seed)
     seen: set[tuple] = set()
     new_ms, old_ms, first_s = [], [], 0.0
@@ -157,6 +184,7 @@ def main() -> None:
     ap.add_argument("--calls", type=int, default=200)
     ap.add_argument("--systems", default="migraphx_ep")
     ap.add_argument("--fp16", action="store_true")
+    ap.add_argument("--torch-model", default="", help="torch_dynamic's model: resnet50, bert_base or gpt2")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--steady", type=int, default=3, help="shapes to compare with a specialised compile")
     ap.add_argument("--out", default="")
@@ -169,7 +197,7 @@ def main() -> None:
     model = onnx.load(a.model, load_external_data=False)
     seq = _sequence(_ranges(a.dim), a.calls, a.seed)
     for system in a.systems.split(","):
-        rec = run_system(system, a.model, model, seq, a.fp16, a.seed)
+        rec = run_system(system, a.model, model, seq, a.fp16, a.seed, a.torch_model)
         sess = rec.pop("_session")
         rec["model"] = Path(a.model).name
         if system == "migraphx_ep" and a.steady:
