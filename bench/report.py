@@ -161,6 +161,13 @@ def _quant_options(rec: dict) -> dict[str, str]:
     return {k: v for k, v in opts.items() if not k.endswith(("8_enable", "native_calibration_table"))}
 
 
+def _numpy_overhead(ours: dict, iob: dict) -> str:
+    """µs a numpy-I/O Run takes beyond the graph replay and the copies it cannot avoid (``copies_ms``)."""
+    if "ms" not in ours or "copies_ms" not in ours or iob.get("graph_ms") is None:
+        return "—"
+    return f"{(ours['ms'] - iob['graph_ms'] - ours['copies_ms']) * 1e3:.0f}"
+
+
 def speed_tables(by: dict[tuple, dict]) -> list[str]:
     """One table per dtype, with the systems that ran (not only ``skipped``) in it."""
     out = []
@@ -180,7 +187,7 @@ def speed_tables(by: dict[tuple, dict]) -> list[str]:
             out += [note + " fp16 ratios: over our fp16 row.", ""]
         # fp8 has no QDQ peer: only the ratios to our fp16 row
         ratios = [r for r in QUANT_RATIOS if dtype == "int8" or r[3]] if quant else RATIOS
-        extra = ["ours: graph replay", "ours: IOB overhead us"]
+        extra = ["ours: graph replay", "ours: IOB overhead us", "ours: numpy overhead us"]
         head = ["model", "batch", *(SYSTEMS[s] for s in present), *extra, *(r[0] for r in ratios)]
         out += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
         for model, batch in rows:
@@ -188,6 +195,7 @@ def speed_tables(by: dict[tuple, dict]) -> list[str]:
             cells = [_cell(got[s]) for s in present]
             iob = got.get(IOB) or {}
             cells += [_ms(iob.get("graph_ms")), f"{iob['overhead_us']:.0f}" if "overhead_us" in iob else "—"]
+            cells.append(_numpy_overhead(got.get(OURS) or {}, iob))
             cells += [_ratio(got[a], by.get((model, batch, d or dtype, b))) for _, a, b, d in ratios]
             out.append(f"| {_title(model, batch)} | " + " | ".join(cells) + " |")
         out.append("")
@@ -369,7 +377,8 @@ def markdown(
         "(below 1: ours is faster); the ORT ratio is like for like (both numpy in/out), as is the IOB one "
         "(both IOBinding, device in/out). Graph replay: our program's CUDA graph alone; IOB overhead: "
         "ours with IOBinding minus that replay (ORT, the shell's native Run path, the copies into the "
-        "program's arena).",
+        "program's arena); numpy overhead: ours with numpy I/O minus the replay and minus the host<->device "
+        "copies of the same bytes from pageable memory, timed alone (``copies_ms``).",
         "",
     ]
     out += speed_tables(timed) if timed else ["No results.", ""]
