@@ -17,8 +17,10 @@ from migraphx_ep.frontend.parser import parse_graph
 from migraphx_ep.frontend.probe import fixed_dims
 from migraphx_ep.ir.dtypes import DType
 from migraphx_ep.ir.shape import Shape
+from migraphx_ep.passes import run_passes
 from migraphx_ep.targets import get_target
-from migraphx_ep.targets.gpu.lowering import GemmStep, KernelStep, lower
+from migraphx_ep.targets.gpu.fuse import fusion_passes
+from migraphx_ep.targets.gpu.lowering import GemmStep, KernelStep, Lowered, lower
 from migraphx_ep.targets.gpu.memory import Storage, check_plan, plan
 from migraphx_ep.targets.gpu.simulate import run_steps
 
@@ -32,6 +34,14 @@ def _program(name: str):
     p = parse_graph(model_to_dict(onnx.load(MODELS / name)), resolve_dim=fixed_dims(2)).program
     p.compile(get_target("ref"))
     return p
+
+
+def _lower(prog, channels_last: bool | None = None) -> Lowered:
+    """What the gpu target lowers: the ref-compiled main module after the gpu fusion passes (on a copy,
+    so ``prog`` stays the ref oracle)."""
+    m = prog.clone().get_main_module()
+    run_passes(m, fusion_passes())
+    return lower(m, use_blas=True, use_dnn=True, channels_last=channels_last)
 
 
 def _feeds(prog) -> dict[str, np.ndarray]:
@@ -51,7 +61,7 @@ def test_lowered_steps_match_ref(name: str, channels_last: bool) -> None:
     prog = _program(name)
     feeds = _feeds(prog)
     want = prog.run_numpy(feeds)
-    low = lower(prog.get_main_module(), use_blas=True, use_dnn=True, channels_last=channels_last)
+    low = _lower(prog, channels_last)
     got = run_steps(low, feeds)
     tol = 2e-2 if "fp16" in name else 1e-5
     for g, w in zip(got, want, strict=True):
@@ -60,7 +70,7 @@ def test_lowered_steps_match_ref(name: str, channels_last: bool) -> None:
 
 
 def test_bert_fuses_layernorm_and_gemm_epilogues() -> None:
-    low = lower(_program("bert.onnx").get_main_module(), use_blas=True, use_dnn=True)
+    low = _lower(_program("bert.onnx"))
     labels = collections.Counter(s.label.split()[0] for s in low.steps)
     assert labels["layernorm"] == 5  # embeddings + 2 per layer, each one kernel
     gemms = [s for s in low.steps if isinstance(s, GemmStep)]
@@ -70,7 +80,7 @@ def test_bert_fuses_layernorm_and_gemm_epilogues() -> None:
 
 
 def test_memory_plan_reuses_bytes_and_never_overlaps_live_buffers() -> None:
-    low = lower(_program("resnet.onnx").get_main_module(), use_blas=True, use_dnn=True)
+    low = _lower(_program("resnet.onnx"))
     run_steps(low, _feeds(_program("resnet.onnx")))  # plans as a side effect
     arena = [s for s in low.storages]
     check_plan(arena)
@@ -90,7 +100,7 @@ def test_plan_places_disjoint_lifetimes_at_the_same_offset() -> None:
 def test_bad_switch_value_is_an_error_naming_it(monkeypatch, var: str) -> None:
     monkeypatch.setenv(var, "sideways")
     with pytest.raises(ValueError, match=rf"{var}='sideways': expected one of"):
-        lower(_program("resnet.onnx").get_main_module(), use_blas=True, use_dnn=True)
+        _lower(_program("resnet.onnx"))
 
 
 def test_unsupported_names_the_first_op_without_a_gpu_kernel() -> None:
@@ -125,7 +135,7 @@ def _lowered_node(nodes, feeds: dict[str, np.ndarray]):
     m = onnx.shape_inference.infer_shapes(helper.make_model(g, opset_imports=[helper.make_opsetid("", 21)]))
     prog = parse_graph(model_to_dict(m), resolve_dim=fixed_dims(2)).program
     prog.compile(get_target("ref"))
-    return prog, lower(prog.get_main_module(), use_blas=True, use_dnn=True)
+    return prog, _lower(prog)
 
 
 def test_out_of_range_gather_raises_the_device_error() -> None:
@@ -160,7 +170,7 @@ def test_fused_integer_division_by_zero_raises_the_device_error() -> None:
 def _gqa_lowered(model, feeds):
     prog = gqacases.parse(model, feeds)
     prog.compile(get_target("ref"))
-    return prog, lower(prog.get_main_module(), use_blas=True, use_dnn=True)
+    return prog, _lower(prog)
 
 
 def _gqa_compare(prog, low, feeds, dtype) -> None:
@@ -205,7 +215,7 @@ def _gqa_runtime(name: str, **attrs):
     model, feeds = gqacases.case(name, max_pos=6, packed=False)
     prog = gqacases.runtime_program(model, feeds, **attrs)
     prog.compile(get_target("ref"))
-    return prog, lower(prog.get_main_module(), use_blas=True, use_dnn=True), feeds
+    return prog, _lower(prog), feeds
 
 
 @pytest.mark.parametrize("bad", list(GQA_BAD_RUNS))
@@ -286,7 +296,7 @@ def test_genai_decoder_is_one_gpu_partition_and_its_steps_match_ref(name: str) -
     mask[1, 6:] = 0
     feeds = {"input_ids": rng.integers(0, 64, (b, 1)), "attention_mask": mask}
     feeds.update({n: rng.standard_normal((b, 2, past, 16)).astype(np.float32) for n in kv})
-    low = lower(prog.get_main_module(), use_blas=True, use_dnn=True)
+    low = _lower(prog)
     assert sum(s.label == "gqa attention" for s in low.steps) == 2
     for g, w in zip(run_steps(low, feeds), prog.run_numpy(feeds), strict=True):
         np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-4)

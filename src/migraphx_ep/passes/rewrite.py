@@ -201,6 +201,33 @@ class Const(Pattern):
         return _bind(self.name, ins, b) if literal_source(ins) is not None else None
 
 
+@dataclass(frozen=True)
+class AnyOf(Pattern):
+    """The first alternative that matches (MIGraphX's ``any_of``)."""
+
+    alternatives: tuple[Pattern, ...]
+
+    def match(self, ins: Instruction, b: Bindings) -> Bindings | None:
+        for p in self.alternatives:
+            got = p.match(ins, b)
+            if got is not None:
+                return got
+        return None
+
+    def roots(self) -> frozenset[str] | None:
+        names = [p.roots() for p in self.alternatives]
+        return None if any(n is None for n in names) else frozenset().union(*names)  # type: ignore[arg-type]
+
+
+def any_of(*alternatives: Pattern) -> AnyOf:
+    return AnyOf(tuple(alternatives))
+
+
+def once(ins: Instruction) -> bool:
+    """Read by one instruction only (which may read it twice): fusing it drops no value still needed."""
+    return len({id(u) for u in ins.outputs}) == 1
+
+
 def var(name: str, when: Predicate | None = None) -> Var:
     """Any instruction, bound to ``name`` (a name used twice must bind the same instruction)."""
     return Var(name, when)
@@ -354,14 +381,17 @@ def apply_rules(m: Module, rules: Sequence[Rule], max_sweeps: int = 16) -> bool:
 
 __all__ = [
     "COMMUTATIVE",
+    "AnyOf",
     "Builder",
     "Pattern",
     "Rule",
+    "any_of",
     "apply_rules",
     "compact_value",
     "const",
     "is_splat",
     "literal_source",
+    "once",
     "op",
     "op_shape",
     "recompute_shape",

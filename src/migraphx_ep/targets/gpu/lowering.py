@@ -1,7 +1,8 @@
 """Lowering: an IR module becomes a flat list of device steps over planned buffers.
 
 Order of decisions (MIGraphX's ``lowering`` + ``fuse_pointwise`` + ``fuse_ops`` in one walk):
-1. patterns (``patterns.py``) claim groups: layernorm rows, GEMM and convolution epilogues;
+1. fused instructions (``fuse/``: attention, layernorm) lower to one kernel each; patterns
+   (``patterns.py``) claim groups: GEMM and convolution epilogues;
 2. every other pointwise instruction whose only reader is another pointwise instruction is inlined
    into that reader, so a chain like GELU becomes one kernel; one-element constants become literals
    in the kernel source;
@@ -29,13 +30,16 @@ from . import kernels as K
 from .kernels.attention import attention_kernel, attention_supported
 from .kernels.spec import KernelSpec, PwConst, PwExpr, PwInput, PwOp, Unsupported
 from .memory import Storage, plan
-from .patterns import Group, is_view, match_conv, match_gemm, match_layernorm, only_user, scalar_value
+from .patterns import Group, is_view, match_conv, match_gemm, only_user, scalar_value
 from .switches import env_choice
 
 log = logging.getLogger("migraphx_ep.gpu")
 
 GEMM_TYPES = frozenset({DType.float_type, DType.half_type, DType.bf16_type, DType.double_type})
 
+
+# What fuse/ makes besides fused_attention: each one step, a kernel or a library call.
+FUSED = frozenset({"fused_layernorm"})
 
 # cuBLASLt has bias/residual epilogues for these; double GEMMs run plain with separate adds.
 EPILOGUE_TYPES = frozenset({DType.float_type, DType.half_type, DType.bf16_type})
@@ -135,9 +139,7 @@ class Lowering:
             if id(ins) in self.covered:
                 continue
             g = None
-            if ins.name == "reduce_mean":
-                g = match_layernorm(ins)
-            elif ins.name == "dot" and self.use_blas and ins.shape.type in EPILOGUE_TYPES:
+            if ins.name == "dot" and self.use_blas and ins.shape.type in EPILOGUE_TYPES:
                 g = match_gemm(ins)
             elif ins.name == "convolution" and self._conv_on_dnn(ins) and self.conv_epilogue != "kernel":
                 g = match_conv(ins)
@@ -237,6 +239,8 @@ class Lowering:
             self._dot(ins)
         elif ins.name == "fused_attention":  # fuse/attention.py made it: one flash-attention kernel
             self._attention(ins)
+        elif ins.name == "fused_layernorm":  # fuse/layernorm.py made it: one row kernel
+            self._layernorm(ins)
         elif ins.name in ("quant_dot", "quant_convolution", "quantizelinear"):
             from .quant import lower_quant  # quant.py builds on this module
 
@@ -378,6 +382,27 @@ class Lowering:
         self._emit(KernelStep("attention", args, [out], spec=spec, op=ins.op, args=info))
         self.bufs[id(ins)] = out
 
+    def _layernorm(self, ins: Instruction) -> None:
+        o = ins.op
+        x, *extra = (self._read(a) for a in ins.inputs)
+        rest = iter(extra)
+        scale = next(rest) if o.scale else None  # type: ignore[attr-defined]
+        bias = next(rest) if o.bias else None  # type: ignore[attr-defined]
+        out = self._new(ins.shape.as_standard(), "layernorm")
+        axis, eps = o.axis, float(o.epsilon)  # type: ignore[attr-defined]
+        spec = K.layernorm_kernel(
+            self._name(ins),
+            x.shape,
+            scale.shape if scale else None,
+            bias.shape if bias else None,
+            out.shape,
+            axis,
+            eps,
+        )
+        info = {"axis": axis, "eps": eps, "scale": scale is not None, "bias": bias is not None}
+        self._emit(KernelStep("layernorm", [x, *extra], [out], spec=spec, args=info))
+        self.bufs[id(ins)] = out
+
     def _generic(self, ins: Instruction) -> None:
         args = [self._read(a) for a in ins.inputs]
         if ins.name == "resize":  # its coordinate tables are data, so one source serves every size
@@ -389,28 +414,6 @@ class Lowering:
         self.bufs[id(ins)] = out
 
     # -- groups ----------------------------------------------------------------------------------------------
-    def _group_layernorm(self, g: Group) -> None:
-        a = g.args
-        x = self._read(a["x"])
-        reads = [x]
-        scale = self._read(a["scale"]) if a["scale"] is not None else None
-        bias = self._read(a["bias"]) if a["bias"] is not None else None
-        reads += [b for b in (scale, bias) if b is not None]
-        out = self._new(g.root.shape.as_standard(), "layernorm")
-        spec = K.layernorm_kernel(
-            self._name(g.root),
-            x.shape,
-            scale.shape if scale else None,
-            bias.shape if bias else None,
-            out.shape,
-            a["axis"],
-            float(a["eps"]),
-        )
-        info = {"axis": a["axis"], "eps": float(a["eps"])}
-        info.update(scale=scale is not None, bias=bias is not None)
-        self._emit(KernelStep("layernorm", reads, [out], spec=spec, args=info))
-        self.bufs[id(g.root)] = out
-
     def _group_gemm(self, g: Group) -> None:
         self._dot(g.covered[0], g)
 
@@ -597,6 +600,8 @@ def kernel_supported(ins: Instruction) -> str | None:
         return None
     if ins.name == "fused_attention":
         return attention_supported(ins.op, [a.shape for a in ins.inputs], ins.shape, ins.module_args[0])
+    if ins.name in FUSED:  # made by fuse/ from instructions with kernels: each lowers as its body does
+        return next(filter(None, map(kernel_supported, ins.module_args[0].instructions)), None)
     if isinstance(ins.op, ModuleOp) or ins.module_args:
         return f"{ins.name}: control flow does not run on the gpu target"
     if ins.name == "bit_cast":  # a view of the same bytes (element widths are equal)

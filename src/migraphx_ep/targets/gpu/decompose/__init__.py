@@ -128,7 +128,7 @@ def gpu_pipeline(weights: WeightCache | None = None) -> list[Pass]:
     oracle), then decompositions, so the shared simplifications see their parts (``weights``: see
     ``ref_pipeline``); fusions last, on the simplified chains they match. Run-time dims before all:
     their check reads the program as parsed (runtime_dims.py)."""
-    from ..fuse import FUSE_ATTENTION
+    from ..fuse import fusion_passes
     from ..runtime_dims import DIMS_AS_INPUTS
 
     return [
@@ -138,8 +138,7 @@ def gpu_pipeline(weights: WeightCache | None = None) -> list[Pass]:
         DECOMPOSE_OPS,
         DCE,
         *ref_pipeline(weights),
-        FUSE_ATTENTION,
-        DCE,
+        *fusion_passes(),
     ]
 
 

@@ -1,6 +1,23 @@
 """Fusions of the gpu target: passes that replace a matched subgraph by one instruction owning it as a
-submodule (STYLE §5-6), each lowered to one kernel."""
+submodule (STYLE §5-6), each lowered to one kernel or library call. ``fusion_passes`` is their order in
+the gpu pipeline, after the shared simplifications (each one's matches read the simplified chains)."""
 
+from ....passes.dead_code_elimination import DEAD_CODE_ELIMINATION as DCE
+from ....passes.manager import Pass
 from .attention import FUSE_ATTENTION, adopt_submodules, fuse_attention
+from .layernorm import FUSE_LAYERNORM, fuse_layernorm
 
-__all__ = ["FUSE_ATTENTION", "adopt_submodules", "fuse_attention"]
+
+def fusion_passes() -> list[Pass]:
+    """The fusions in order, each followed by dead-code elimination (a match leaves its chain dead)."""
+    return [FUSE_ATTENTION, DCE, FUSE_LAYERNORM, DCE]
+
+
+__all__ = [
+    "FUSE_ATTENTION",
+    "FUSE_LAYERNORM",
+    "adopt_submodules",
+    "fuse_attention",
+    "fuse_layernorm",
+    "fusion_passes",
+]

@@ -19,8 +19,6 @@ read elsewhere (e.g. the probabilities as an output), a type or head dim the ker
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import ml_dtypes
 import numpy as np
 
@@ -33,47 +31,21 @@ from ....ir.shape import ShapeError
 from ....ops.fused_attention import FusedAttention
 from ....passes.manager import Pass
 from ....passes.rewrite import (
-    Bindings,
+    AnyOf,
     Builder,
-    Pattern,
     Rule,
+    any_of,
     apply_rules,
     compact_value,
     literal_source,
+    once,
     op,
     var,
 )
 from ..kernels.attention import attention_supported, attention_worthwhile, strided_reshape
+from .body import body_name, copy_chain, is_body
 
-BODY = ":fused_attention"  # submodule names: the parent's name, this, a number
 _TYPES = frozenset({DType.half_type, DType.bf16_type, DType.float_type})
-
-
-@dataclass(frozen=True)
-class AnyOf(Pattern):
-    """The first alternative that matches (MIGraphX's ``any_of``)."""
-
-    alternatives: tuple[Pattern, ...]
-
-    def match(self, ins: Instruction, b: Bindings) -> Bindings | None:
-        for p in self.alternatives:
-            got = p.match(ins, b)
-            if got is not None:
-                return got
-        return None
-
-    def roots(self) -> frozenset[str] | None:
-        names = [p.roots() for p in self.alternatives]
-        return None if any(n is None for n in names) else frozenset().union(*names)  # type: ignore[arg-type]
-
-
-def any_of(*alternatives: Pattern) -> AnyOf:
-    return AnyOf(tuple(alternatives))
-
-
-def once(ins: Instruction) -> bool:
-    """Read by one instruction only (which may read it twice): fusing it drops no value still needed."""
-    return len({id(u) for u in ins.outputs}) == 1
 
 
 def scalar(ins: Instruction) -> bool:
@@ -208,40 +180,10 @@ def _check(r: Builder) -> str | None:
     return why or attention_worthwhile(q, q.lens[-1], r.pv.shape.lens[-1])
 
 
-def _copy_constant(sub: Module, ins: Instruction, mapping: dict[int, Instruction]) -> Instruction:
-    """``ins`` (a literal or a view of one) rebuilt in ``sub``."""
-    if id(ins) not in mapping:
-        if ins.is_literal():
-            mapping[id(ins)] = sub.add_literal(ins.op)  # type: ignore[arg-type]
-        else:
-            args = [_copy_constant(sub, a, mapping) for a in ins.inputs]
-            mapping[id(ins)] = sub.add_instruction(ins.op, args)
-    return mapping[id(ins)]
-
-
 def _body(name: str, r: Builder, inputs: list[Instruction]) -> Module:
     """The matched chain, copied: parameters for the fused op's inputs, constants rebuilt inside."""
-    sub = Module(name)
-    mapping: dict[int, Instruction] = {}
-    for pname, x in zip(("q", "kt", "v", "bias"), inputs, strict=False):
-        mapping[id(x)] = sub.add_parameter(pname, x.shape)
-    last = None
-    for ins in (_bound(r, n) for n in CHAIN):
-        if ins is not None:
-            args = [
-                mapping[id(a)] if id(a) in mapping else _copy_constant(sub, a, mapping) for a in ins.inputs
-            ]
-            last = mapping[id(ins)] = sub.add_instruction(ins.op, args)
-    sub.add_return([last])  # type: ignore[list-item]
-    return sub
-
-
-def _name(m: Module) -> str:
-    used = {sub.name for ins in m.instructions for sub in ins.module_args}
-    n = 0
-    while f"{m.name}{BODY}{n}" in used:
-        n += 1
-    return f"{m.name}{BODY}{n}"
+    chain = (_bound(r, n) for n in CHAIN)
+    return copy_chain(name, zip(("q", "kt", "v", "bias"), inputs, strict=False), chain)
 
 
 def _rewrite(r: Builder) -> Instruction:
@@ -250,7 +192,8 @@ def _rewrite(r: Builder) -> Instruction:
     m = r.root.module
     assert m is not None
     fused_op: Op = FusedAttention(**attrs)
-    fused = m.insert_instruction(r.root, fused_op, inputs, [_body(_name(m), r, inputs)])
+    body = _body(body_name(m, FusedAttention.name), r, inputs)
+    fused = m.insert_instruction(r.root, fused_op, inputs, [body])
     r.created.append(fused)  # removed again if the replacement is refused
     return fused
 
@@ -259,7 +202,7 @@ RULES = [Rule(PATTERN, _rewrite, _check, "fuse_attention")]
 
 
 def fuse_attention(m: Module) -> bool:
-    if BODY in m.name:
+    if is_body(m):
         return False  # a fused op's own body: it is the chain, not a use of it
     return apply_rules(m, RULES)
 

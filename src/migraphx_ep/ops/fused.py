@@ -1,0 +1,103 @@
+"""Fused ops of the gpu target's fusion passes (``targets/gpu/fuse/``): layernorm, GEMM and convolution
+with their epilogues, each one instruction that owns the subgraph it stands for as its one submodule.
+
+As for ``fused_attention``: the submodule is the matched chain, unchanged, so the op's meaning is the
+submodule's (``compute_with_modules`` runs it: the ref semantics, ``verify`` and the lowering simulator
+need nothing else). The attributes only describe the chain for the kernel or library call replacing it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import ClassVar
+
+import numpy as np
+
+from ..ir.module import Module
+from ..ir.operation import ModuleOp, RunModule, register_op
+from ..ir.shape import Shape, ShapeError
+
+
+@dataclasses.dataclass(frozen=True)
+class FusedOp(ModuleOp):
+    """A chain as one op: its inputs are the body's parameters in order, its output the body's one
+    value, laid out standard (the kernel or library call writes it so)."""
+
+    def arity(self) -> int:
+        raise NotImplementedError(self.name)
+
+    def compute_shape_with_modules(self, inputs: list[Shape], mods: list[Module]) -> Shape:
+        if len(mods) != 1 or len(inputs) != self.arity():
+            raise ShapeError(
+                f"{self.name}: needs one submodule and {self.arity()} inputs, given {len(inputs)}"
+            )
+        params = list(mods[0].get_parameter_shapes().values())
+        if len(params) != len(inputs):
+            raise ShapeError(f"{self.name}: submodule takes {len(params)} parameters, given {len(inputs)}")
+        for p, s in zip(params, inputs, strict=True):
+            if (p.type, p.lens) != (s.type, s.lens):
+                raise ShapeError(f"{self.name}: submodule expects {p}, given {s}")
+        outs = mods[0].get_output_shapes()
+        if len(outs) != 1 or outs[0].type != inputs[0].type:
+            raise ShapeError(
+                f"{self.name}: submodule returns {outs}, expected one {inputs[0].type.name} value"
+            )
+        return outs[0].as_standard()
+
+    def compute_with_modules(
+        self, out: Shape, args: list[np.ndarray], mods: list[Module], run: RunModule
+    ) -> np.ndarray:
+        body = mods[0]
+        (res,) = run(body, dict(zip(body.get_parameter_names(), args, strict=True)))
+        return np.ascontiguousarray(res)
+
+
+@register_op
+@dataclasses.dataclass(frozen=True)
+class FusedLayernorm(FusedOp):
+    """Inputs: x, then gamma when ``scale``, then beta when ``bias`` (both in x's dims, broadcast over
+    the dims before ``axis``). The body: (x - mean) / sqrt(var + ``epsilon``) over the dims from
+    ``axis`` on (any of its three spellings), times gamma, plus beta."""
+
+    name: ClassVar[str] = "fused_layernorm"
+    axis: int = -1
+    epsilon: float = 1e-5
+    scale: bool = False
+    bias: bool = False
+
+    def arity(self) -> int:
+        return 1 + self.scale + self.bias
+
+
+@dataclasses.dataclass(frozen=True)
+class FusedEpilogue(FusedOp):
+    """Inputs: the product's two operands, then the bias when ``bias`` (broadcast along the output
+    channels), then the residual when ``residual`` (the output's dims, standard). The body: the product,
+    + bias, + residual, then relu when ``relu``."""
+
+    bias: bool = False
+    residual: bool = False
+    relu: bool = False
+
+    def arity(self) -> int:
+        return 2 + self.bias + self.residual
+
+
+@register_op
+@dataclasses.dataclass(frozen=True)
+class FusedGemm(FusedEpilogue):
+    """``dot`` with its epilogue: one cuBLASLt call (bias along the last dim)."""
+
+    name: ClassVar[str] = "fused_gemm"
+
+
+@register_op
+@dataclasses.dataclass(frozen=True)
+class FusedConv(FusedEpilogue):
+    """``convolution`` with its epilogue: one cuDNN call, or one cuBLASLt GEMM for a 1x1 convolution on
+    channels-last activations (bias along dim 1)."""
+
+    name: ClassVar[str] = "fused_conv"
+
+
+__all__ = ["FusedConv", "FusedEpilogue", "FusedGemm", "FusedLayernorm", "FusedOp"]
