@@ -72,7 +72,9 @@ class GpuTarget:
     def get_passes(self, options: CompileOptions) -> list[Pass]:
         from .decompose import gpu_pipeline
 
-        return gpu_pipeline(options.weights)
+        with stage("device setup"):  # loads the libraries: their epilogues are fused only where they load
+            use_blas, use_dnn = _libraries()
+        return gpu_pipeline(options.weights, use_blas, use_dnn)
 
     def _device(self):
         from .cuda import Device

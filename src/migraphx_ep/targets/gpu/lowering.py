@@ -1,8 +1,8 @@
 """Lowering: an IR module becomes a flat list of device steps over planned buffers.
 
 Order of decisions (MIGraphX's ``lowering`` + ``fuse_pointwise`` + ``fuse_ops`` in one walk):
-1. fused instructions (``fuse/``: attention, layernorm) lower to one kernel each; patterns
-   (``patterns.py``) claim groups: GEMM and convolution epilogues;
+1. fused instructions (``fuse/``: attention, layernorm, GEMM epilogues) lower to one kernel or
+   library call each; patterns (``patterns.py``) claim groups: convolution epilogues;
 2. every other pointwise instruction whose only reader is another pointwise instruction is inlined
    into that reader, so a chain like GELU becomes one kernel; one-element constants become literals
    in the kernel source;
@@ -30,7 +30,7 @@ from . import kernels as K
 from .kernels.attention import attention_kernel, attention_supported
 from .kernels.spec import KernelSpec, PwConst, PwExpr, PwInput, PwOp, Unsupported
 from .memory import Storage, plan
-from .patterns import Group, is_view, match_conv, match_gemm, only_user, scalar_value
+from .patterns import Group, is_view, match_conv, only_user, scalar_value
 from .switches import env_choice
 
 log = logging.getLogger("migraphx_ep.gpu")
@@ -39,7 +39,7 @@ GEMM_TYPES = frozenset({DType.float_type, DType.half_type, DType.bf16_type, DTyp
 
 
 # What fuse/ makes besides fused_attention: each one step, a kernel or a library call.
-FUSED = frozenset({"fused_layernorm"})
+FUSED = frozenset({"fused_layernorm", "fused_gemm"})
 
 # cuBLASLt has bias/residual epilogues for these; double GEMMs run plain with separate adds.
 EPILOGUE_TYPES = frozenset({DType.float_type, DType.half_type, DType.bf16_type})
@@ -139,14 +139,17 @@ class Lowering:
             if id(ins) in self.covered:
                 continue
             g = None
-            if ins.name == "dot" and self.use_blas and ins.shape.type in EPILOGUE_TYPES:
-                g = match_gemm(ins)
-            elif ins.name == "convolution" and self._conv_on_dnn(ins) and self.conv_epilogue != "kernel":
+            if ins.name == "convolution" and self._conv_on_dnn(ins) and self.conv_epilogue != "kernel":
                 g = match_conv(ins)
             if g is not None and not any(id(c) in self.covered for c in g.covered):
                 self.covered.update(id(c) for c in g.covered)
                 self.groups[id(g.root)] = g
-        for ins in self.m.instructions:
+        self._inline_pointwise(self.m)
+
+    def _inline_pointwise(self, m: Module) -> None:
+        """Mark each pointwise instruction whose only reader is pointwise: it becomes part of that
+        reader's kernel."""
+        for ins in m.instructions:
             if id(ins) in self.covered or not self._pointwise(ins):
                 continue
             u = only_user(ins)
@@ -235,7 +238,7 @@ class Lowering:
         elif ins.name == "bit_cast":  # the same bytes and strides, read as the target type
             src = self.bufs[id(ins.inputs[0])]
             self.bufs[id(ins)] = Buf(src.storage, src.offset, src.shape.with_type(ins.shape.type))
-        elif ins.name == "dot":
+        elif ins.name == "dot" or ins.name == "fused_gemm":
             self._dot(ins)
         elif ins.name == "fused_attention":  # fuse/attention.py made it: one flash-attention kernel
             self._attention(ins)
@@ -403,6 +406,19 @@ class Lowering:
         self._emit(KernelStep("layernorm", [x, *extra], [out], spec=spec, args=info))
         self.bufs[id(ins)] = out
 
+    def _lower_body(self, ins: Instruction) -> None:
+        """A fused op whose library call is missing here (a program optimised where it loads): its body,
+        lowered as any module is, its parameters the op's inputs."""
+        body = ins.module_args[0]
+        for p, a in zip(body.get_parameters(), ins.inputs, strict=True):
+            self.bufs[id(p)] = self.bufs[id(a)]
+        self._inline_pointwise(body)
+        for b in body.instructions:
+            if b.is_return():
+                self.bufs[id(ins)] = self.bufs[id(b.inputs[0])]
+            elif not b.is_param() and id(b) not in self.inlined:
+                self._lower(b)
+
     def _generic(self, ins: Instruction) -> None:
         args = [self._read(a) for a in ins.inputs]
         if ins.name == "resize":  # its coordinate tables are data, so one source serves every size
@@ -414,15 +430,15 @@ class Lowering:
         self.bufs[id(ins)] = out
 
     # -- groups ----------------------------------------------------------------------------------------------
-    def _group_gemm(self, g: Group) -> None:
-        self._dot(g.covered[0], g)
-
     def _group_conv(self, g: Group) -> None:
         self._conv(g)
 
     # -- GEMM ----------------------------------------------------------------------------------------------
-    def _dot(self, ins: Instruction, g: Group | None = None) -> None:
-        a, b = (self._read(x) for x in ins.inputs)
+    def _dot(self, ins: Instruction) -> None:
+        """A ``dot``, or a ``fused_gemm`` (``fuse/gemm_epilogue.py``): its epilogue in the cuBLASLt call."""
+        if ins.name == "fused_gemm" and not self.use_blas:
+            return self._lower_body(ins)
+        a, b = (self._read(x) for x in ins.inputs[:2])
         if not self.use_blas or ins.shape.type not in GEMM_TYPES:
             out = self._new(ins.shape.as_standard(), "dot")
             spec = K.gemm_kernel(self._name(ins), a.shape, b.shape, out.shape)
@@ -435,29 +451,25 @@ class Lowering:
         a = self._matrix_ready(a)
         b = self._matrix_ready(b)
         la, lb = _layout(a.shape), _layout(b.shape)
-        out_shape = (g.root if g else ins).shape.as_standard()
-        out = self._new(out_shape, "gemm")
+        out = self._new(ins.shape.as_standard(), "gemm")
         lc = (n, 1, m * n)
         # One big GEMM instead of `batch` small ones when B is shared and A's rows are evenly spaced.
         if batch > 1 and lb[2] == 0 and la[1] == 1 and la[2] == m * la[0]:
             m, batch = m * batch, 1
             la = (la[0], 1, 0)
             lc = (n, 1, 0)
-        reads = [a, b]
-        has_bias = has_res = False
-        if g is not None and g.args["bias"] is not None:
-            reads.append(self._read(g.args["bias"]))
-            has_bias = True
-        if g is not None and g.args["residual"] is not None:
-            reads.append(self._read(g.args["residual"]))
-            has_res = True
+        reads = [a, b, *(self._read(x) for x in ins.inputs[2:])]  # the bias, then the residual
+        fused = ins.name == "fused_gemm"
+        has_bias, has_res, relu = (fused and getattr(ins.op, k) for k in ("bias", "residual", "relu"))
+        label = f"gemm {batch}x{m}x{n}x{k}" + "".join(
+            f" +{x}" for x, on in (("bias", has_bias), ("residual", has_res), ("relu", relu)) if on
+        )
         step = GemmStep(
-            f"gemm {batch}x{m}x{n}x{k}" + (" +bias" if has_bias else "") + (" +residual" if has_res else ""),
-            reads, [out], dtype=ins.shape.type, batch=batch, m=m, n=n, k=k, layouts=(la, lb, lc),
-            has_bias=has_bias, has_residual=has_res,
+            label, reads, [out], dtype=ins.shape.type, batch=batch, m=m, n=n, k=k, layouts=(la, lb, lc),
+            has_bias=has_bias, has_residual=has_res, relu=relu,
         )  # fmt: skip
         self._emit(step)
-        self.bufs[id(g.root if g else ins)] = out
+        self.bufs[id(ins)] = out
 
     def _matrix_ready(self, buf: Buf) -> Buf:
         """A buffer cuBLASLt can read: batch dims collapse to one stride and a matrix dim is unit-stride."""

@@ -111,11 +111,6 @@ def _epilogue(g: Group, axis: int, relu: bool) -> Group | None:
     return g if len(g.covered) > 1 else None
 
 
-def match_gemm(dot: Instruction) -> Group | None:
-    g = Group("gemm", dot, [dot], {"bias": None, "residual": None, "relu": False})
-    return _epilogue(g, dot.shape.ndim() - 1, relu=False)
-
-
 def match_conv(conv: Instruction) -> Group | None:
     g = Group("conv", conv, [conv], {"bias": None, "residual": None, "relu": False})
     return _epilogue(g, 1, relu=True)

@@ -122,11 +122,14 @@ def decompose_ops(m: Module) -> bool:
 DECOMPOSE_OPS = Pass("decompose_ops", decompose_ops)
 
 
-def gpu_pipeline(weights: WeightCache | None = None) -> list[Pass]:
+def gpu_pipeline(
+    weights: WeightCache | None = None, use_blas: bool = True, use_dnn: bool = True
+) -> list[Pass]:
     """The gpu target's passes: dot/convolution of dequantised int8/fp8 operands become quant_dot /
     quant_convolution first (MIGraphX's gpu pipeline does too; the ref keeps dequantise-first as its
     oracle), then decompositions, so the shared simplifications see their parts (``weights``: see
-    ``ref_pipeline``); fusions last, on the simplified chains they match. Run-time dims before all:
+    ``ref_pipeline``); fusions last, on the simplified chains they match, library epilogues only for
+    the libraries that load (``use_blas``: cuBLASLt, ``use_dnn``: cuDNN). Run-time dims before all:
     their check reads the program as parsed (runtime_dims.py)."""
     from ..fuse import fusion_passes
     from ..runtime_dims import DIMS_AS_INPUTS
@@ -138,7 +141,7 @@ def gpu_pipeline(weights: WeightCache | None = None) -> list[Pass]:
         DECOMPOSE_OPS,
         DCE,
         *ref_pipeline(weights),
-        *fusion_passes(),
+        *fusion_passes(use_blas, use_dnn),
     ]
 
 

@@ -5,19 +5,24 @@ the gpu pipeline, after the shared simplifications (each one's matches read the 
 from ....passes.dead_code_elimination import DEAD_CODE_ELIMINATION as DCE
 from ....passes.manager import Pass
 from .attention import FUSE_ATTENTION, adopt_submodules, fuse_attention
+from .gemm_epilogue import FUSE_GEMM_EPILOGUE, fuse_gemm_epilogue
 from .layernorm import FUSE_LAYERNORM, fuse_layernorm
 
 
-def fusion_passes() -> list[Pass]:
-    """The fusions in order, each followed by dead-code elimination (a match leaves its chain dead)."""
-    return [FUSE_ATTENTION, DCE, FUSE_LAYERNORM, DCE]
+def fusion_passes(use_blas: bool = True, use_dnn: bool = True) -> list[Pass]:
+    """The fusions in order, each followed by dead-code elimination (a match leaves its chain dead). A
+    library epilogue is fused only where that library loads (``use_blas``: cuBLASLt)."""
+    passes = [FUSE_ATTENTION, FUSE_LAYERNORM] + [FUSE_GEMM_EPILOGUE] * use_blas
+    return [q for p in passes for q in (p, DCE)]
 
 
 __all__ = [
     "FUSE_ATTENTION",
+    "FUSE_GEMM_EPILOGUE",
     "FUSE_LAYERNORM",
     "adopt_submodules",
     "fuse_attention",
+    "fuse_gemm_epilogue",
     "fuse_layernorm",
     "fusion_passes",
 ]
