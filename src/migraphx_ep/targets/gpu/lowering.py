@@ -1,8 +1,8 @@
 """Lowering: an IR module becomes a flat list of device steps over planned buffers.
 
 Order of decisions (MIGraphX's ``lowering`` + ``fuse_pointwise`` + ``fuse_ops`` in one walk):
-1. fused instructions (``fuse/``: attention, layernorm, GEMM epilogues) lower to one kernel or
-   library call each; patterns (``patterns.py``) claim groups: convolution epilogues;
+1. fused instructions (``fuse/``: attention, layernorm, GEMM and convolution epilogues) lower to one
+   kernel or library call each;
 2. every other pointwise instruction whose only reader is another pointwise instruction is inlined
    into that reader, so a chain like GELU becomes one kernel; one-element constants become literals
    in the kernel source;
@@ -30,7 +30,7 @@ from . import kernels as K
 from .kernels.attention import attention_kernel, attention_supported
 from .kernels.spec import KernelSpec, PwConst, PwExpr, PwInput, PwOp, Unsupported
 from .memory import Storage, plan
-from .patterns import Group, is_view, match_conv, only_user, scalar_value
+from .patterns import is_view, only_user, scalar_value
 from .switches import env_choice
 
 log = logging.getLogger("migraphx_ep.gpu")
@@ -39,7 +39,7 @@ GEMM_TYPES = frozenset({DType.float_type, DType.half_type, DType.bf16_type, DTyp
 
 
 # What fuse/ makes besides fused_attention: each one step, a kernel or a library call.
-FUSED = frozenset({"fused_layernorm", "fused_gemm"})
+FUSED = frozenset({"fused_layernorm", "fused_gemm", "fused_conv"})
 
 # cuBLASLt has bias/residual epilogues for these; double GEMMs run plain with separate adds.
 EPILOGUE_TYPES = frozenset({DType.float_type, DType.half_type, DType.bf16_type})
@@ -128,32 +128,18 @@ class Lowering:
         self.storages: list[Storage] = []
         self.weights: list[Storage] = []
         self.inputs: dict[str, Buf] = {}
-        self.groups: dict[int, Group] = {}  # root id -> group
-        self.covered: set[int] = set()
         self.inlined: set[int] = set()
         self._n = 0
 
     # -- analysis ---------------------------------------------------------------------------------------
-    def _analyse(self) -> None:
-        for ins in self.m.instructions:
-            if id(ins) in self.covered:
-                continue
-            g = None
-            if ins.name == "convolution" and self._conv_on_dnn(ins) and self.conv_epilogue != "kernel":
-                g = match_conv(ins)
-            if g is not None and not any(id(c) in self.covered for c in g.covered):
-                self.covered.update(id(c) for c in g.covered)
-                self.groups[id(g.root)] = g
-        self._inline_pointwise(self.m)
-
     def _inline_pointwise(self, m: Module) -> None:
         """Mark each pointwise instruction whose only reader is pointwise: it becomes part of that
         reader's kernel."""
         for ins in m.instructions:
-            if id(ins) in self.covered or not self._pointwise(ins):
+            if not self._pointwise(ins):
                 continue
             u = only_user(ins)
-            if u is not None and id(u) not in self.covered and self._pointwise(u) and not u.is_return():
+            if u is not None and self._pointwise(u) and not u.is_return():
                 self.inlined.add(id(ins))
 
     def _pointwise(self, ins: Instruction) -> bool:
@@ -161,12 +147,8 @@ class Lowering:
             return False
         return K.pointwise_supported(ins.op, [a.shape.type for a in ins.inputs]) is None
 
-    def _conv_on_dnn(self, ins: Instruction) -> bool:
-        if not self.use_dnn or ins.shape.type not in GEMM_TYPES or ins.shape.ndim() not in (3, 4, 5):
-            return False
-        pad = ins.op.padding  # type: ignore[attr-defined]
-        k = len(pad) // 2
-        return tuple(pad[:k]) == tuple(pad[k:])
+    def _conv_on_dnn(self, op: Op, out: Shape) -> bool:
+        return self.use_dnn and dnn_conv(op, out)
 
     # -- storage ----------------------------------------------------------------------------------------
     def _new(self, shape: Shape, label: str, nhwc: bool = False) -> Buf:
@@ -188,7 +170,7 @@ class Lowering:
 
     # -- walking ------------------------------------------------------------------------------------------
     def run(self) -> Lowered:
-        self._analyse()
+        self._inline_pointwise(self.m)
         if self.channels_last is None:
             self.channels_last = _want_channels_last(self.m, self.use_dnn)
         ret = None
@@ -196,7 +178,7 @@ class Lowering:
             if ins.is_return():
                 ret = ins
                 continue
-            if id(ins) in self.inlined or (id(ins) in self.covered and id(ins) not in self.groups):
+            if id(ins) in self.inlined:
                 continue
             self._lower(ins)
         outs: list[Buf | np.ndarray] = []
@@ -227,9 +209,6 @@ class Lowering:
             self.bufs[id(ins)] = self._weight(ins.op.value, "literal")  # type: ignore[attr-defined]
         elif is_view(ins):
             self.bufs[id(ins)] = self._view(ins)
-        elif id(ins) in self.groups:
-            g = self.groups[id(ins)]
-            getattr(self, f"_group_{g.kind}")(g)
         elif self._pointwise(ins):
             self._fused_pointwise(ins)
         elif ins.name == "reshape" or ins.name == "flatten" or ins.name == "contiguous":
@@ -256,8 +235,8 @@ class Lowering:
                 self.bufs[id(u)] = parts[u.op.index]  # type: ignore[attr-defined]
         elif ins.name == "get_tuple_elem" and id(ins) in self.bufs:
             pass  # set with its tuple's steps
-        elif ins.name == "convolution" and self._conv_on_dnn(ins):
-            self._conv(Group("conv", ins, [ins], {"bias": None, "residual": None, "relu": False}))
+        elif ins.name == "fused_conv" or (ins.name == "convolution" and self._conv_on_dnn(ins.op, ins.shape)):
+            self._conv(ins)
         elif isinstance(ins.op, ModuleOp) or ins.module_args:
             raise Unsupported(f"{ins.name}: control flow does not run on the gpu target")
         else:
@@ -286,36 +265,32 @@ class Lowering:
     def _emit(self, step: Step) -> None:
         self.steps.append(step)
 
-    def _conv_as_gemm(self, g: Group, x: Buf, w: Buf) -> None:
+    def _conv_as_gemm(self, ins: Instruction, conv: Op, x: Buf, w: Buf, epi: dict[str, bool]) -> None:
         """NHWC pixels x filters: D[N*H*W, K] = X[N*H*W, C] @ W[K, C]^T, bias/residual/relu in the
         cuBLASLt epilogue; D is the output's NHWC buffer, so nothing is copied."""
         if not _is_nhwc(x.shape):
             x = self._relayout(x, "conv input")
         n, c, h, wd = x.shape.lens
-        k = g.root.shape.lens[1]
+        k = ins.shape.lens[1]
         if not w.shape.standard():
             w = self._copy(w, "conv weight")
+        extra = iter(ins.inputs[2:])
         reads = [x, w]
-        if g.args["bias"] is not None:
-            reads.append(self._read(g.args["bias"]))
-        if g.args["residual"] is not None:
-            r = self._read(g.args["residual"])
+        if epi["bias"]:
+            reads.append(self._read(next(extra)))
+        if epi["residual"]:
+            r = self._read(next(extra))
             reads.append(r if _is_nhwc(r.shape) else self._relayout(r, "residual"))
-        out = self._new(g.root.shape.as_standard(), "conv", nhwc=True)
+        out = self._new(ins.shape.as_standard(), "conv", nhwc=True)
         m = n * h * wd
         layouts = ((c, 1, 0), (1, c, 0), (k, 1, 0))
-        label = (
-            f"conv 1x1 as gemm {m}x{k}x{c}"
-            + "".join(f" +{a}" for a in ("bias", "residual") if g.args[a] is not None)
-            + (" +relu" if g.args["relu"] else "")
-        )
+        label = f"conv 1x1 as gemm {m}x{k}x{c}" + _epilogue_label(epi)
         step = GemmStep(
-            label, reads, [out], dtype=g.root.shape.type, batch=1, m=m, n=k, k=c, layouts=layouts,
-            has_bias=g.args["bias"] is not None, has_residual=g.args["residual"] is not None,
-            relu=g.args["relu"], conv_op=g.covered[0].op,
+            label, reads, [out], dtype=ins.shape.type, batch=1, m=m, n=k, k=c, layouts=layouts,
+            has_bias=epi["bias"], has_residual=epi["residual"], relu=epi["relu"], conv_op=conv,
         )  # fmt: skip
         self._emit(step)
-        self.bufs[id(g.root)] = out
+        self.bufs[id(ins)] = out
 
     def _relayout(self, src: Buf, label: str) -> Buf:
         """A copy of ``src`` in NHWC layout."""
@@ -429,10 +404,6 @@ class Lowering:
         self._emit(KernelStep(ins.name, args, [out], spec=spec, op=ins.op))
         self.bufs[id(ins)] = out
 
-    # -- groups ----------------------------------------------------------------------------------------------
-    def _group_conv(self, g: Group) -> None:
-        self._conv(g)
-
     # -- GEMM ----------------------------------------------------------------------------------------------
     def _dot(self, ins: Instruction) -> None:
         """A ``dot``, or a ``fused_gemm`` (``fuse/gemm_epilogue.py``): its epilogue in the cuBLASLt call."""
@@ -478,33 +449,49 @@ class Lowering:
         return buf
 
     # -- convolution -----------------------------------------------------------------------------------------
-    def _conv(self, g: Group) -> None:
-        conv = g.covered[0]
-        x, w = (self._read(a) for a in conv.inputs)
-        if self.channels_last and self.use_blas and _pointwise_conv(conv):
-            return self._conv_as_gemm(g, x, w)
+    def _conv(self, ins: Instruction) -> None:
+        """A ``convolution`` on cuDNN, or a ``fused_conv`` (``fuse/conv_epilogue.py``): its epilogue in
+        the cuDNN call, or in a cuBLASLt GEMM's for a 1x1 convolution on channels-last activations."""
+        fused = ins.name == "fused_conv"
+        conv = body_op(ins, "convolution") if fused else ins.op
+        if fused and (not self._conv_on_dnn(conv, ins.shape) or self.conv_epilogue == "kernel"):
+            return self._lower_body(ins)  # optimised where cuDNN loads, or the epilogue switched off
+        epi = {k: fused and bool(getattr(ins.op, k)) for k in ("bias", "residual", "relu")}
+        x, w = (self._read(a) for a in ins.inputs[:2])
+        if self.channels_last and self.use_blas and _pointwise_conv(conv, ins.inputs[1].shape, ins.shape):
+            return self._conv_as_gemm(ins, conv, x, w, epi)
         if self.channels_last and x.shape.ndim() == 4:
             if not _is_nhwc(x.shape):
                 x = self._relayout(x, "conv input")
-            w = self._nhwc_weight(conv.inputs[1], w)
-        reads = [x, w]
-        if g.args["bias"] is not None:
-            reads.append(self._read(g.args["bias"]))
-        if g.args["residual"] is not None:
-            reads.append(self._read(g.args["residual"]))
-        out = self._new(g.root.shape.as_standard(), "conv", nhwc=True)
-        label = (
-            "conv"
-            + "".join(f" +{k}" for k in ("bias", "residual") if g.args[k] is not None)
-            + (" +relu" if g.args["relu"] else "")
-        )
+            w = self._nhwc_weight(ins.inputs[1], w)
+        reads = [x, w, *(self._read(a) for a in ins.inputs[2:])]  # the bias, then the residual
+        out = self._new(ins.shape.as_standard(), "conv", nhwc=True)
         self._emit(
             ConvStep(
-                label, reads, [out], op=conv.op, has_bias=g.args["bias"] is not None,
-                has_residual=g.args["residual"] is not None, relu=g.args["relu"],
+                "conv" + _epilogue_label(epi), reads, [out], op=conv, has_bias=epi["bias"],
+                has_residual=epi["residual"], relu=epi["relu"],
             )
         )  # fmt: skip
-        self.bufs[id(g.root)] = out
+        self.bufs[id(ins)] = out
+
+
+def _epilogue_label(epi: dict[str, bool]) -> str:
+    return "".join(f" +{k}" for k in ("bias", "residual", "relu") if epi[k])
+
+
+def body_op(ins: Instruction, name: str) -> Op:
+    """The op of the (first) ``name`` instruction in the body of the fused instruction ``ins``."""
+    return next(i.op for i in ins.module_args[0].instructions if i.name == name)
+
+
+def dnn_conv(op: Op, out: Shape) -> bool:
+    """A convolution cuDNN runs (with its fused epilogue): a float type, 1-3 spatial dims, symmetric
+    padding."""
+    if out.type not in GEMM_TYPES or out.ndim() not in (3, 4, 5):
+        return False
+    pad = op.padding  # type: ignore[attr-defined]
+    k = len(pad) // 2
+    return tuple(pad[:k]) == tuple(pad[k:])
 
 
 def nhwc_shape(s: Shape) -> Shape:
@@ -524,7 +511,7 @@ def _want_channels_last(m: Module, use_dnn: bool) -> bool:
     mode = env_choice("MIGRAPHX_EP_NHWC", "auto", ("auto", "0", "1"))
     if mode == "0" or not use_dnn:
         return False
-    convs = [i for i in m.instructions if i.name == "convolution" and i.shape.ndim() == 4]
+    convs = [i for i in m.instructions if i.name in ("convolution", "fused_conv") and i.shape.ndim() == 4]
     # int8/fp8 convolutions run as K-major GEMMs (targets/gpu/quant.py): channels-last activations are
     # their rows as they are (1x1: no im2col at all), and the quantising kernels then read and write
     # them coalesced.
@@ -535,13 +522,11 @@ def _want_channels_last(m: Module, use_dnn: bool) -> bool:
     return mode == "1" or all(i.shape.type in GEMM_TYPES for i in convs)
 
 
-def _pointwise_conv(conv: Instruction) -> bool:
+def _pointwise_conv(op: Op, w: Shape, out: Shape) -> bool:
     """A 1x1, stride-1, unpadded, ungrouped 2-D convolution: in NHWC it is one GEMM."""
-    w = conv.inputs[1].shape
-    op = conv.op
     return (
-        conv.shape.ndim() == 4
-        and conv.shape.type in EPILOGUE_TYPES
+        out.ndim() == 4
+        and out.type in EPILOGUE_TYPES
         and w.lens[2:] == (1, 1)
         and op.group == 1  # type: ignore[attr-defined]
         and not any(op.padding)  # type: ignore[attr-defined]

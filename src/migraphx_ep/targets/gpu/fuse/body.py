@@ -80,10 +80,11 @@ def insert_fused(
     return fused
 
 
-def reader_extends(pattern: Pattern, fits: Check, ins: Instruction) -> bool:
-    """``ins``'s only reader is the root of a match of ``pattern`` that takes ``ins`` in and ``fits``
-    (returns no reason against it): fusing at ``ins`` would cut that larger match short. ``fits`` is
-    the rule's check without this guard (the reader may in turn leave the root to its own reader)."""
+def reader_extends(pattern: Pattern, chain: Sequence[str], fits: Check, ins: Instruction) -> bool:
+    """``ins``'s only reader is the root of a match of ``pattern`` that takes ``ins`` into its chain
+    (binds it to one of the ``chain`` names, not as an input) and ``fits`` (returns no reason against
+    it): fusing at ``ins`` would cut that larger match short. ``fits`` is the rule's check without this
+    guard (the reader may in turn leave the root to its own reader)."""
     if not once(ins):
         return False
     u = ins.outputs[0]
@@ -91,7 +92,7 @@ def reader_extends(pattern: Pattern, fits: Check, ins: Instruction) -> bool:
     if m is None or u.is_return():
         return False
     b = pattern.match(u, {})
-    if b is None or not any(v is ins for v in b.values()):
+    if b is None or not any(b.get(n) is ins for n in chain):
         return False
     return not fits(Builder(m, u, b))
 

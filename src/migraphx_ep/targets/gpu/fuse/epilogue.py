@@ -90,7 +90,7 @@ class EpilogueRule:
         return None
 
     def _check(self, r: Builder) -> str | None:
-        if _bound(r, "relu") is None and reader_extends(self.pattern, self._fits, r.root):
+        if _bound(r, "relu") is None and reader_extends(self.pattern, CHAIN, self._fits, r.root):
             return "its reader is the root"  # matched there, with more of the epilogue
         return self._fits(r)
 

@@ -123,7 +123,7 @@ def _fits(r: Builder) -> str | None:
 
 
 def _check(r: Builder) -> str | None:
-    if _bound(r, "shift") is None and reader_extends(PATTERN, _fits, r.root):
+    if _bound(r, "shift") is None and reader_extends(PATTERN, CHAIN, _fits, r.root):
         return "its reader is the root"  # matched there, with gamma or beta
     return _fits(r)
 
