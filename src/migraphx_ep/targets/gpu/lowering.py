@@ -1,8 +1,9 @@
 """Lowering: an IR module becomes a flat list of device steps over planned buffers.
 
-Order of decisions (MIGraphX's ``lowering`` + ``fuse_pointwise`` + ``fuse_ops`` in one walk):
-1. fused instructions (``fuse/``: attention, layernorm, GEMM and convolution epilogues) lower to one
-   kernel or library call each;
+Order of decisions (MIGraphX's ``lowering`` + ``fuse_pointwise`` in one walk; what its ``fuse_ops`` does
+the passes in ``fuse/`` did before):
+1. fused instructions (attention, layernorm, GEMM and convolution epilogues) lower to one kernel or
+   library call each;
 2. every other pointwise instruction whose only reader is another pointwise instruction is inlined
    into that reader, so a chain like GELU becomes one kernel; one-element constants become literals
    in the kernel source;
@@ -30,8 +31,8 @@ from . import kernels as K
 from .kernels.attention import attention_kernel, attention_supported
 from .kernels.spec import KernelSpec, PwConst, PwExpr, PwInput, PwOp, Unsupported
 from .memory import Storage, plan
-from .patterns import is_view, only_user, scalar_value
 from .switches import env_choice
+from .views import is_view, only_user, scalar_value
 
 log = logging.getLogger("migraphx_ep.gpu")
 

@@ -21,7 +21,7 @@ from ....ir.module import Module
 from ....ops.fused import FusedLayernorm
 from ....passes.manager import Pass
 from ....passes.rewrite import Builder, Pattern, Predicate, Rule, any_of, apply_rules, once, op, var
-from ..patterns import scalar_value
+from ..views import scalar_value
 from .body import chain_inputs_outside, insert_fused, is_body, reader_extends
 
 _TYPES = frozenset({DType.float_type, DType.half_type, DType.bf16_type, DType.double_type})
