@@ -160,6 +160,20 @@ def check_nodes(
     return check_model(make_model(nodes, feeds, outputs, inits, opset), feeds, target, tol)
 
 
+def compiled_steps(
+    nodes: Sequence[onnx.NodeProto],
+    feeds: dict[str, np.ndarray],
+    target: Any,
+    inits: dict[str, np.ndarray] | None = None,
+    opset: int = 21,
+) -> list:
+    """The lowered steps (launches) of ``nodes`` compiled for the gpu ``target``."""
+    graph = model_to_dict(make_model(nodes, feeds, ("y",), inits, opset))
+    prog = parse_graph(graph, {k: Shape(from_numpy(v.dtype), v.shape) for k, v in feeds.items()}).program
+    prog.compile(target)
+    return prog._exe.lowered.steps  # type: ignore[union-attr]
+
+
 def check_op(
     op_type: str,
     feeds: dict[str, np.ndarray],

@@ -178,13 +178,16 @@ def test_a_product_added_to_itself_stays_unfused() -> None:
     assert not fused(check_pass(PASSES, build))
 
 
-def test_relu_after_the_epilogue_is_its_own_kernel() -> None:
-    c = Mm(relu=True)
+@pytest.mark.parametrize(
+    "c", [Mm(relu=True), Mm(relu=True, residual=True), Mm(relu=True, bias=False)], ids=str
+)
+def test_relu_goes_into_the_epilogue(c: Mm) -> None:
+    """MatMul + bias + Relu is one cuBLASLt call (CUBLASLT_EPILOGUE_RELU_BIAS), not a GEMM and a kernel."""
     m = check_pass(PASSES, lambda: chain(c))
     (f,) = fused(m)
-    assert not f.op.relu
-    steps = simulated(m, chain(c))
-    assert [type(s).__name__ for s in steps] == ["GemmStep", "KernelStep"]
+    assert (f.op.bias, f.op.residual, f.op.relu) == (c.bias, c.residual, True)
+    (step,) = simulated(m, chain(c))
+    assert isinstance(step, GemmStep) and step.relu and step.label.endswith("+relu")
 
 
 def test_without_cublaslt_the_body_lowers_as_before() -> None:

@@ -20,6 +20,7 @@ from .gpucheck import (
     TF32,
     check_nodes,
     check_op,
+    compiled_steps,
     node,
     normal,
     sum_tol,
@@ -87,6 +88,9 @@ def test_matmul_bias_relu_epilogue(gpu, rng, dtype):
     inits = {"w": unit(rng, (64, 48), dtype, fan_in=64), "b": unit(rng, (48,), dtype)}
     nodes = [node("MatMul", ["x", "w"], ["m"]), node("Add", ["m", "b"], ["s"]), node("Relu", ["s"], ["y"])]
     check_nodes(nodes, feeds, gpu, FLOAT_TOL[dtype], inits=inits)
+    # One launch: the bias and the relu in cuBLASLt's epilogue (RELU_BIAS), the batch folded into M.
+    steps = compiled_steps(nodes, feeds, gpu, inits)
+    assert [s.label for s in steps] == ["gemm 1x18x48x64 +bias +relu"]
 
 
 # -- Gemm ---------------------------------------------------------------------------------------------------

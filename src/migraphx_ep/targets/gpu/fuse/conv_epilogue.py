@@ -31,7 +31,7 @@ def _channels(v: Instruction) -> int:
     return 1
 
 
-CONV_EPILOGUE = EpilogueRule("fuse_conv_epilogue", FusedConv, ("x", "w"), _conv, bias_along(_channels), True)
+CONV_EPILOGUE = EpilogueRule("fuse_conv_epilogue", FusedConv, ("x", "w"), _conv, bias_along(_channels))
 
 
 def fuse_conv_epilogue(m: Module) -> bool:

@@ -41,7 +41,7 @@ def _standard(v: Instruction) -> bool:
     return v.shape.standard()
 
 
-def epilogue_pattern(product: Callable[[Predicate], Pattern], bias: Predicate, relu: bool) -> Pattern:
+def epilogue_pattern(product: Callable[[Predicate], Pattern], bias: Predicate) -> Pattern:
     """``product(when)`` is the product's pattern (binding ``product`` and its operands) with ``when``."""
 
     def biased(when: Predicate | None) -> Pattern:
@@ -51,10 +51,8 @@ def epilogue_pattern(product: Callable[[Predicate], Pattern], bias: Predicate, r
         inner = any_of(biased(once), product(once))
         return op("add", inner, var("residual", _standard), bind="residual_add", when=when)
 
-    sums = any_of(summed(None), biased(None))
-    if not relu:
-        return sums
-    return any_of(op("relu", any_of(summed(once), biased(once), product(once)), bind="relu"), sums)
+    relu = op("relu", any_of(summed(once), biased(once), product(once)), bind="relu")
+    return any_of(relu, summed(None), biased(None))
 
 
 def _bound(r: Builder, name: str) -> Instruction | None:
@@ -72,10 +70,9 @@ class EpilogueRule:
         operands: tuple[str, str],
         product: Callable[[Predicate], Pattern],
         bias: Predicate,
-        relu: bool,
     ) -> None:
         self.fused, self.operands = fused, operands
-        self.pattern = epilogue_pattern(product, bias, relu)
+        self.pattern = epilogue_pattern(product, bias)
         self.rule = Rule(self.pattern, self._rewrite, self._check, name)
 
     def _inputs(self, r: Builder) -> list[tuple[str, Instruction]]:

@@ -1,8 +1,9 @@
-"""fuse_gemm_epilogue: ``dot`` + bias (+ residual) becomes one ``fused_gemm`` instruction that owns the
-chain (STYLE §6), lowered to one cuBLASLt call whose epilogue adds the bias row and the residual (as C).
+"""fuse_gemm_epilogue: ``dot`` + bias (+ residual) (+ relu) becomes one ``fused_gemm`` instruction that
+owns the chain (STYLE §6), lowered to one cuBLASLt call whose epilogue adds the bias row and the residual
+(as C) and applies the relu (CUBLASLT_EPILOGUE_RELU_BIAS / _RELU).
 
 The rule is ``epilogue.py``'s, bias along the last axis. The gpu pipeline runs it only where cuBLASLt
-loads: generated GEMM kernels have no epilogue (there the adds stay pointwise kernels).
+loads: generated GEMM kernels have no epilogue (there the adds and the relu stay pointwise kernels).
 """
 
 from __future__ import annotations
@@ -27,9 +28,7 @@ def _last_axis(v: Instruction) -> int:
     return v.shape.ndim() - 1
 
 
-GEMM_EPILOGUE = EpilogueRule(
-    "fuse_gemm_epilogue", FusedGemm, ("a", "b"), _gemm, bias_along(_last_axis), False
-)
+GEMM_EPILOGUE = EpilogueRule("fuse_gemm_epilogue", FusedGemm, ("a", "b"), _gemm, bias_along(_last_axis))
 
 
 def fuse_gemm_epilogue(m: Module) -> bool:
