@@ -25,6 +25,7 @@ from migraphx_ep.targets.gpu.decompose import gpu_pipeline
 from migraphx_ep.targets.gpu.fuse import FUSE_CONV_EPILOGUE
 from migraphx_ep.targets.gpu.lowering import ConvStep, GemmStep, kernel_supported, lower
 from migraphx_ep.targets.gpu.simulate import run_steps
+from migraphx_ep.targets.ref import RefTarget
 from passes.passcheck import Build, check_pass, random_inputs
 
 PASSES = [FUSE_CONV_EPILOGUE, DEAD_CODE_ELIMINATION]
@@ -213,3 +214,36 @@ def test_resnet_fuses_every_convolution_and_the_switch_turns_it_off(monkeypatch)
     # is one pointwise kernel, except that each downsample branch's bias add joins its block's sum.
     assert seen[""] == (9, 9, 12) and seen["fuse_conv_epilogue"][:2] == (0, 0), seen
     assert seen["fuse_conv_epilogue"][2] == 12 + 9 - 2, seen
+
+
+class GpuPassesOnRef(RefTarget):
+    """The ref target running the gpu pipeline: what ``driver verify`` compiles, without a GPU."""
+
+    def get_passes(self, options):  # noqa: ANN001, ANN201
+        return gpu_pipeline()
+
+
+@pytest.mark.parametrize("name,ops", [("resnet.onnx", {"fused_conv": 9, "fused_gemm": 1}),
+                                      ("bert.onnx", {"fused_layernorm": 5, "fused_gemm": 13})])  # fmt: skip
+def test_verify_bisect_and_saving_see_the_fused_ops(name: str, ops: dict, tmp_path) -> None:
+    """``driver verify`` (and ``--bisect``) compile a copy through the pipeline, fused ops included, and
+    agree with the ref; a compiled program saves and loads back with its fused ops' bodies."""
+    from migraphx_ep.driver.verify import bisect, verify_program
+    from migraphx_ep.mxr import load, save
+    from migraphx_ep.targets.gpu.fuse import adopt_submodules
+
+    prog = parse_graph(model_to_dict(onnx.load(MODELS / name)), resolve_dim=fixed_dims(2)).program
+    feeds = random_inputs(prog.get_main_module(), specials=False)
+    feeds = {k: np.abs(v) % 2 if v.dtype.kind in "iu" else v for k, v in feeds.items()}
+    assert verify_program(prog, GpuPassesOnRef(), feeds, rtol=1e-6, atol=1e-6) == []
+    assert bisect(prog, GpuPassesOnRef(), feeds, rtol=1e-6, atol=1e-6) is None
+    copy = prog.clone()
+    copy.compile(GpuPassesOnRef())
+    adopt_submodules(copy)
+    names = [i.name for i in copy.get_main_module().instructions]
+    assert {k: names.count(k) for k in ops} == ops
+    save(copy, str(tmp_path / "p.mxr"))
+    back = load(str(tmp_path / "p.mxr"))
+    assert back == copy
+    for a, b in zip(back.run_numpy(feeds), copy.run_numpy(feeds), strict=True):
+        np.testing.assert_array_equal(a, b)
