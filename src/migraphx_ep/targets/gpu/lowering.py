@@ -1,7 +1,7 @@
 """Lowering: an IR module becomes a flat list of device steps over planned buffers.
 
-Order of decisions (MIGraphX's ``lowering`` + ``fuse_pointwise`` in one walk; what its ``fuse_ops`` does
-the passes in ``fuse/`` did before):
+Order of decisions (MIGraphX's ``lowering`` + ``fuse_pointwise`` in one walk; what its ``fuse_ops``
+does, the gpu pipeline's passes in ``fuse/`` have done by now):
 1. fused instructions (attention, layernorm, GEMM and convolution epilogues) lower to one kernel or
    library call each;
 2. every other pointwise instruction whose only reader is another pointwise instruction is inlined
@@ -39,7 +39,8 @@ log = logging.getLogger("migraphx_ep.gpu")
 GEMM_TYPES = frozenset({DType.float_type, DType.half_type, DType.bf16_type, DType.double_type})
 
 
-# What fuse/ makes besides fused_attention: each one step, a kernel or a library call.
+# What fuse/ makes besides fused_attention: each one step (a kernel or a library call), or, where its
+# library does not load, the steps of its body.
 FUSED = frozenset({"fused_layernorm", "fused_gemm", "fused_conv"})
 
 # cuBLASLt has bias/residual epilogues for these; double GEMMs run plain with separate adds.
@@ -362,6 +363,7 @@ class Lowering:
         self.bufs[id(ins)] = out
 
     def _layernorm(self, ins: Instruction) -> None:
+        """A ``fused_layernorm`` (``fuse/layernorm.py``): one row kernel reading x, gamma and beta."""
         o = ins.op
         x, *extra = (self._read(a) for a in ins.inputs)
         rest = iter(extra)

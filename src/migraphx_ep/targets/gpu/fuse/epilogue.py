@@ -76,9 +76,8 @@ class EpilogueRule:
         self.rule = Rule(self.pattern, self._rewrite, self._check, name)
 
     def _inputs(self, r: Builder) -> list[tuple[str, Instruction]]:
-        a, b = self.operands
-        named = [(a, getattr(r, a)), (b, getattr(r, b)), ("bias", _bound(r, "bias"))]
-        return [(n, v) for n, v in [*named, ("residual", _bound(r, "residual"))] if v is not None]
+        names = (*self.operands, "bias", "residual")  # the body's parameters, in the fused op's order
+        return [(n, v) for n, v in ((n, _bound(r, n)) for n in names) if v is not None]
 
     def _fits(self, r: Builder) -> str | None:
         chain = [_bound(r, n) for n in CHAIN]
