@@ -23,7 +23,10 @@ from ..ir.program import Program
 from .options import EpOptions
 
 log = logging.getLogger("migraphx_ep")
-KEY_VERSION = 2  # 2: weights larger than _BIG hashed on their own (in parallel), their digests fed in
+# 2: weights larger than _BIG hashed on their own (in parallel), their digests fed in
+# 3: the gpu target fuses layernorm and GEMM/convolution epilogues in passes (fused_* instructions), no
+#    longer while lowering: a program stored before holds them unfused and would load and run slower
+KEY_VERSION = 3
 _BIG = 1 << 20
 
 
