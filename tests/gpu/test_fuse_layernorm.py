@@ -177,6 +177,39 @@ def test_mean_over_leading_axes_stays_unfused() -> None:
     assert not fused(check_pass(PASSES, lambda: chain(Ln(axes=(1,), gamma=False, beta=False))))
 
 
+def _float_chain_in_half(widened_returned: bool = False) -> Module:
+    """GPT-2's fp16 export: x widened to float, normalised there, narrowed, then gamma and beta in half."""
+    c = Ln(gamma=False, beta=False)
+    b = Build()
+    x = b.param("x", list(c.lens), np.float16)
+    g = b("multibroadcast", b.param("gamma", [16], np.float16), out_lens=list(c.lens))
+    bt = b("multibroadcast", b.param("beta", [16], np.float16), out_lens=list(c.lens))
+    wide = b("convert", x, target_type=2)  # float
+    norm = add_chain(b.m, wide, None, None, c)
+    y = b("add", b("mul", b("convert", norm, target_type=1), g), bt)  # half
+    return b.ret(y, wide) if widened_returned else b.ret(y)
+
+
+def test_converts_around_a_float_layernorm_fuse_into_its_kernel() -> None:
+    # The kernel loads half x and computes in float; it rounds once, where the chain rounds after the
+    # narrowing, gamma and beta: an fp16 ulp or two apart at most.
+    m = check_pass(PASSES, _float_chain_in_half)
+    (f,) = fused(m)
+    assert [a.name for a in f.inputs] == ["@param", "multibroadcast", "multibroadcast"]
+    assert f.inputs[0].shape.type.name == "half_type" and f.op.scale and f.op.bias
+    assert not [i for i in m.instructions if i.name in ("convert", "mul", "add")]
+    steps = lowered_matches_ref(m, _float_chain_in_half(), tol=2e-3)
+    assert [s.label for s in steps] == ["layernorm"]
+
+
+def test_a_widened_x_read_elsewhere_stays_outside() -> None:
+    m = check_pass(PASSES, lambda: _float_chain_in_half(widened_returned=True))
+    (f,) = fused(m)
+    assert f.inputs[0].name == "convert"  # the float x is an input; the narrowing and affine still fuse
+    steps = lowered_matches_ref(m, _float_chain_in_half(widened_returned=True), tol=2e-3)
+    assert [s.label.split()[0] for s in steps] == ["pointwise", "layernorm"]  # the convert, returned
+
+
 # -- BERT ----------------------------------------------------------------------------------------------------
 def _bert(disable: str, monkeypatch):
     monkeypatch.setenv("MIGRAPHX_EP_DISABLE_PASSES", disable)

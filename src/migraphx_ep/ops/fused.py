@@ -21,7 +21,10 @@ from ..ir.shape import Shape, ShapeError
 @dataclasses.dataclass(frozen=True)
 class FusedOp(ModuleOp):
     """A chain as one op: its inputs are the body's parameters in order, its output the body's one
-    value, laid out standard (the kernel or library call writes it so)."""
+    value, laid out standard (the kernel or library call writes it so), of the first input's type unless
+    ``converts`` (the body may then widen its input and narrow its result)."""
+
+    converts: ClassVar[bool] = False
 
     def arity(self) -> int:
         raise NotImplementedError(self.name)
@@ -38,7 +41,7 @@ class FusedOp(ModuleOp):
             if (p.type, p.lens) != (s.type, s.lens):
                 raise ShapeError(f"{self.name}: submodule expects {p}, given {s}")
         outs = mods[0].get_output_shapes()
-        if len(outs) != 1 or outs[0].type != inputs[0].type:
+        if len(outs) != 1 or (outs[0].type != inputs[0].type and not self.converts):
             raise ShapeError(
                 f"{self.name}: submodule returns {outs}, expected one {inputs[0].type.name} value"
             )
@@ -57,9 +60,11 @@ class FusedOp(ModuleOp):
 class FusedLayernorm(FusedOp):
     """Inputs: x, then gamma when ``scale``, then beta when ``bias`` (both in x's dims, broadcast over
     the dims before ``axis``). The body: (x - mean) / sqrt(var + ``epsilon``) over the dims from
-    ``axis`` on (any of its three spellings), times gamma, plus beta."""
+    ``axis`` on (any of its three spellings), times gamma, plus beta; x may be widened from half to
+    float first and the norm narrowed back before gamma (the kernel computes in float either way)."""
 
     name: ClassVar[str] = "fused_layernorm"
+    converts: ClassVar[bool] = True
     axis: int = -1
     epsilon: float = 1e-5
     scale: bool = False

@@ -3,14 +3,22 @@ instruction that owns the chain (STYLE §6), lowered to one row kernel (``kernel
 
 Matched from the root toward the inputs (MIGraphX's ``match/layernorm.hpp``)::
 
-    [add(beta)] [mul(gamma)] norm
+    [add(beta)] [mul(gamma)] [convert] norm
     norm = mul(d, broadcast(rsqrt(v + eps) | recip(sqrt(v + eps)))) | div(d, broadcast(sqrt(v + eps)))
-    d    = sub(x, broadcast(reduce_mean(x)))
+    d    = sub(x', broadcast(reduce_mean(x')))
     v    = reduce_mean(mul(d, d) | pow(d, 2))
+    x'   = x | convert(x) from half or bfloat16 to float
 
 over trailing axes of a float x, eps a one-element constant, gamma and beta in x's dims varying only
 along the normalised axes, every value inside read only by the next op of the chain (d: by the square
-and the norm). The largest match wins: a norm whose only reader scales it fuses there.
+and the norm; x's widening convert: by the mean and d). The largest match wins: a norm whose only reader
+scales it fuses there.
+
+The converts are what exporters write around a layernorm they compute in float32 in a half model
+(GPT-2's): widen, normalise, narrow, then gamma and beta in half. The kernel loads half and computes in
+float anyway, and rounds once, at the end: the chain rounds after the narrowing and after gamma and
+beta too, so the fused result can differ from it by an ulp or so of the half result (it is the more
+exact one), as the half layernorm without converts already does.
 """
 
 from __future__ import annotations
@@ -26,8 +34,9 @@ from .body import chain_inputs_outside, insert_fused, is_body, reader_extends
 
 _TYPES = frozenset({DType.float_type, DType.half_type, DType.bf16_type, DType.double_type})
 # The chain's bound names, inputs first (the body's instruction order).
-CHAIN = ("mean", "bmean", "centred", "square", "variance", "var_eps", "rsqrt", "sqrt", "recip", "inv")
-CHAIN += ("norm", "scaled", "shifted")
+CHAIN = ("widen", "mean", "bmean", "centred", "square", "variance", "var_eps", "rsqrt", "sqrt", "recip")
+CHAIN += ("inv", "norm", "narrow", "scaled", "shifted")
+_HALVES = frozenset({DType.half_type, DType.bf16_type})
 
 
 def _trailing(axes: tuple[int, ...], rank: int) -> int | None:
@@ -60,10 +69,24 @@ def _two(ins: Instruction) -> bool:
     return scalar_value(ins) == 2
 
 
+def _widening(ins: Instruction) -> bool:
+    """half or bfloat16 to float (exact: what the kernel does when it loads x), read only by a mean and
+    a subtraction (the chain's; ``_fits`` checks they are). Read elsewhere too, x stays the float value."""
+    readers = {id(u): u.name for u in ins.outputs}
+    widens = ins.shape.type == DType.float_type and ins.inputs[0].shape.type in _HALVES
+    return widens and sorted(readers.values()) == ["reduce_mean", "sub"]
+
+
+def _narrowing(ins: Instruction) -> bool:
+    """float to half or bfloat16, read once: the kernel's own final rounding."""
+    return once(ins) and ins.inputs[0].shape.type == DType.float_type and ins.shape.type in _HALVES
+
+
+_X = any_of(op("convert", var("x"), bind="widen", when=_widening), var("x"))
 _CENTRED = op(
     "sub",
-    var("x"),
-    op("multibroadcast", op("reduce_mean", var("x"), bind="mean", when=_row_mean), bind="bmean", when=once),
+    _X,
+    op("multibroadcast", op("reduce_mean", _X, bind="mean", when=_row_mean), bind="bmean", when=once),
     bind="centred",
     when=_square_and_norm,
 )
@@ -87,14 +110,18 @@ def _norm(when: Predicate | None) -> Pattern:
     )
 
 
+def _narrowed(when: Predicate | None) -> Pattern:
+    return any_of(op("convert", _norm(once), bind="narrow", when=_narrowing if when else None), _norm(when))
+
+
 def _scaled(when: Predicate | None) -> Pattern:
-    return op("mul", _norm(once), var("scale"), bind="scaled", when=when)
+    return op("mul", _narrowed(once), var("scale"), bind="scaled", when=when)
 
 
 PATTERN = any_of(
-    op("add", any_of(_scaled(once), _norm(once)), var("shift"), bind="shifted"),
+    op("add", any_of(_scaled(once), _narrowed(once)), var("shift"), bind="shifted"),
     _scaled(None),
-    _norm(None),
+    _narrowed(None),
 )
 
 
@@ -103,8 +130,9 @@ def _bound(r: Builder, name: str) -> Instruction | None:
 
 
 def _row_vector(v: Instruction, x: Instruction, axis: int) -> bool:
-    """``v`` has x's dims and varies only along the normalised axes (a broadcast gamma/beta)."""
-    if v.shape.lens != x.shape.lens or v.shape.type != x.shape.type:
+    """``v`` has x's dims and varies only along the normalised axes (a broadcast gamma/beta); the
+    kernel loads it in its own float type."""
+    if v.shape.lens != x.shape.lens or v.shape.type not in _TYPES:
         return False
     return all(s == 0 for s in v.shape.strides[:axis])
 
@@ -112,6 +140,11 @@ def _row_vector(v: Instruction, x: Instruction, axis: int) -> bool:
 def _fits(r: Builder) -> str | None:
     if tuple(r.variance.op.axes) != tuple(r.mean.op.axes):  # type: ignore[attr-defined]
         return "variance over other axes than the mean"
+    widen = _bound(r, "widen")
+    if widen is not None and {id(u) for u in widen.outputs} != {id(r.mean), id(r.centred)}:
+        return "the widened x is read outside the chain"
+    if _bound(r, "narrow") is not None and not _narrowing(r.narrow):
+        return "the narrowing convert is read elsewhere"
     axis = _axis(r.mean)
     assert axis is not None  # _row_mean
     scale, shift = _bound(r, "scale"), _bound(r, "shift")
