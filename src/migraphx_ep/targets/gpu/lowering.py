@@ -32,7 +32,7 @@ from .kernels.attention import attention_kernel, attention_supported
 from .kernels.spec import KernelSpec, PwConst, PwExpr, PwInput, PwOp, Unsupported
 from .memory import Storage, plan
 from .switches import env_choice
-from .views import is_view, only_user, scalar_value
+from .views import is_view, only_user, reshape_strides, scalar_value
 
 log = logging.getLogger("migraphx_ep.gpu")
 
@@ -214,8 +214,16 @@ class Lowering:
         elif self._pointwise(ins):
             self._fused_pointwise(ins)
         elif ins.name == "reshape" or ins.name == "flatten" or ins.name == "contiguous":
-            src = self._copy(self.bufs[id(ins.inputs[0])], ins.name)
-            self.bufs[id(ins)] = Buf(src.storage, 0, ins.shape)
+            src = self.bufs[id(ins.inputs[0])]
+            lay = (src.shape.lens, src.shape.strides)
+            strides = None if ins.name == "contiguous" else reshape_strides(*lay, ins.shape.lens)
+            if strides is not None:  # a view after all, at the buffer's real strides: no copy
+                self.bufs[id(ins)] = Buf(
+                    src.storage, src.offset, Shape(ins.shape.type, ins.shape.lens, strides)
+                )
+            else:
+                src = self._copy(src, ins.name)
+                self.bufs[id(ins)] = Buf(src.storage, 0, ins.shape)
         elif ins.name == "bit_cast":  # the same bytes and strides, read as the target type
             src = self.bufs[id(ins.inputs[0])]
             self.bufs[id(ins)] = Buf(src.storage, src.offset, src.shape.with_type(ins.shape.type))

@@ -4,6 +4,8 @@ Multi-node fusions are passes (``fuse/``), matched with ``passes/rewrite.py``.""
 
 from __future__ import annotations
 
+import math
+
 from ...ir.instruction import Instruction
 
 VIEW_OPS = frozenset(
@@ -45,3 +47,37 @@ def scalar_value(ins: Instruction) -> float | None:
         if v.size == 1:
             return v.reshape(()).item()
     return None
+
+
+def reshape_strides(
+    lens: tuple[int, ...], strides: tuple[int, ...], new: tuple[int, ...]
+) -> tuple[int, ...] | None:
+    """Strides that view a (lens, strides) buffer at dims ``new`` in row-major order without moving an
+    element, or None where the reshape needs a copy (numpy's no-copy reshape rule: each group of old
+    dims that merges into new ones must itself be contiguous). A head split of a strided QKV slice
+    (GPT-2's [S, 3E] -> [S, H, D] per Q, K, V) is such a view; a merge across a transpose is not."""
+    if 0 in lens or 0 in new or math.prod(lens) != math.prod(new):
+        return None
+    old = [(n, s) for n, s in zip(lens, strides, strict=True) if n != 1]
+    out = [0] * len(new)
+    oi = ni = 0
+    while ni < len(new) and oi < len(old):
+        oj, nj = oi + 1, ni + 1
+        op_, np_ = old[oi][0], new[ni]
+        while np_ != op_:
+            if np_ < op_:
+                np_ *= new[nj]
+                nj += 1
+            else:
+                op_ *= old[oj][0]
+                oj += 1
+        if any(old[k][1] != old[k + 1][0] * old[k + 1][1] for k in range(oi, oj - 1)):
+            return None  # the old dims of this group are not one contiguous run
+        out[nj - 1] = old[oj - 1][1]
+        for k in range(nj - 1, ni, -1):
+            out[k - 1] = out[k] * new[k]
+        ni, oi = nj, oj
+    last = out[ni - 1] if ni else 1
+    for k in range(ni, len(new)):
+        out[k] = last  # trailing ones of the new dims
+    return tuple(out)
