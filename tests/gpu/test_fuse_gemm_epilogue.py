@@ -190,6 +190,30 @@ def test_relu_goes_into_the_epilogue(c: Mm) -> None:
     assert isinstance(step, GemmStep) and step.relu and step.label.endswith("+relu")
 
 
+def _conv1d(residual_read_twice: bool = False) -> Module:
+    """GPT-2's Conv1D then its residual: reshape(x2d @ W + b) + r, the GEMM on rows, r in [B, S, E]."""
+    b = Build()
+    x, w = b.param("a", [12, 8]), b.param("b", [8, 5])
+    bias = b("multibroadcast", b.param("bias", [5]), out_lens=[12, 5])
+    r = b.param("residual", [2, 6, 5])
+    y = b("reshape", b("add", b("dot", x, w), bias), dims=[2, 6, 5])
+    out = b("add", y, r)
+    return b.ret(out, y) if residual_read_twice else b.ret(out)
+
+
+def test_a_residual_after_the_reshape_joins_the_epilogue() -> None:
+    m = check_pass(PASSES, _conv1d)
+    (f,) = fused(m)
+    assert f.op.bias and f.op.residual
+    assert [s.label for s in simulated(m, _conv1d())] == ["gemm 1x12x5x8 +bias +residual"]
+
+
+def test_a_reshaped_product_read_twice_keeps_its_residual_outside() -> None:
+    m = check_pass(PASSES, lambda: _conv1d(residual_read_twice=True))
+    (f,) = fused(m)
+    assert f.op.bias and not f.op.residual
+
+
 def test_without_cublaslt_the_body_lowers_as_before() -> None:
     """A program fused where cuBLASLt loads, lowered where it does not (a stored program): the body's
     generated GEMM and one pointwise kernel for both adds, as an unfused module would lower."""

@@ -94,9 +94,14 @@ class EpilogueRule:
         flags = {k: _bound(r, k) is not None for k in ("bias", "residual", "relu")}
         return insert_fused(r, self.fused(**flags), self._inputs(r), (_bound(r, n) for n in CHAIN))
 
+    @staticmethod
+    def skips(m: Module) -> bool:
+        """A fused op's own body: it is the chain, not a use of it (passes leave it alone)."""
+        return is_body(m)
+
     def apply(self, m: Module) -> bool:
-        if is_body(m):
-            return False  # a fused op's own body: it is the chain, not a use of it
+        if self.skips(m):
+            return False
         return apply_rules(m, [self.rule])
 
     def as_pass(self) -> Pass:
