@@ -248,6 +248,9 @@ void copy_one(const OrtValue* src, OrtValue* dst) {
     cuda.check(cuda.memcpy_dtoh(out, dptr(in), bytes), "cuMemcpyDtoH");
   } else {
     cuda.check(cuda.memcpy_htod(dptr(out), in, bytes), "cuMemcpyHtoD");
+    // From pageable memory cuMemcpyHtoD returns once the bytes are staged, before the DMA lands; our
+    // Runs use non-blocking streams, which do not wait for it (seen: a bound mask read half old).
+    cuda.check(cuda.ctx_synchronize(), "cuCtxSynchronize");
   }
 }
 
@@ -301,6 +304,7 @@ void copy_host_to_device(const void* src, OrtValue* dst, size_t bytes) {
   const CudaDriver& cuda = GpuDevices::get().cuda();
   GpuDevices::get().make_current(ordinal);
   cuda.check(cuda.memcpy_htod(reinterpret_cast<CuDevicePtr>(out), src, bytes), "cuMemcpyHtoD");
+  cuda.check(cuda.ctx_synchronize(), "cuCtxSynchronize");  // the DMA may still be in flight (copy_one)
 }
 
 }  // namespace mgx
