@@ -49,6 +49,7 @@ Loaded load() {
          bind(lib, "cuMemcpyDtoH_v2", d.memcpy_dtoh, l.why) &&
          bind(lib, "cuMemcpyDtoD_v2", d.memcpy_dtod, l.why) &&
          bind(lib, "cuCtxSynchronize", d.ctx_synchronize, l.why) &&
+         bind(lib, "cuStreamCreate", d.stream_create, l.why) &&
          bind(lib, "cuPointerGetAttribute", d.pointer_get_attribute, l.why) &&
          bind(lib, "cuMemsetD8Async", d.memset_d8_async, l.why) &&
          bind(lib, "cuMemcpy3DAsync_v2", d.memcpy_3d_async, l.why);

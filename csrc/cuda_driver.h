@@ -52,6 +52,7 @@ struct CudaDriver {
   CuResult (*memcpy_dtoh)(void* dst, CuDevicePtr src, size_t bytes) = nullptr;
   CuResult (*memcpy_dtod)(CuDevicePtr dst, CuDevicePtr src, size_t bytes) = nullptr;
   CuResult (*ctx_synchronize)() = nullptr;
+  CuResult (*stream_create)(CuHandle* stream, unsigned flags) = nullptr;  // ORT's copies' own stream
   CuResult (*pointer_get_attribute)(void* data, int attribute, CuDevicePtr ptr) = nullptr;
   // Inputs with a run-time axis (native_run.h NativePad): a zeroed slot, then the rows at its pitch.
   CuResult (*memset_d8_async)(CuDevicePtr dst, unsigned char value, size_t bytes, CuHandle stream) = nullptr;

@@ -78,6 +78,18 @@ void GpuDevices::make_current(int ordinal) {
   cuda_->check(cuda_->ctx_set_current(ctx), "cuCtxSetCurrent");
 }
 
+CuHandle GpuDevices::transfer_stream(int ordinal) {
+  make_current(ordinal);
+  std::lock_guard<std::mutex> g(mutex_);
+  if (transfer_streams_.size() < contexts_.size()) transfer_streams_.resize(contexts_.size(), nullptr);
+  CuHandle& s = transfer_streams_[static_cast<size_t>(ordinal)];
+  // A blocking stream (flags 0): ordered after work on the legacy default stream, as the synchronous
+  // copies were (torch's default stream writing a tensor ORT then copies); waiting for it is a stream
+  // sync, which stays legal while another thread captures a graph (a context sync is not).
+  if (s == nullptr) cuda_->check(cuda_->stream_create(&s, 0), "cuStreamCreate");
+  return s;
+}
+
 const OrtMemoryInfo* GpuDevices::memory_info(int ordinal) {
   std::lock_guard<std::mutex> g(mutex_);
   OrtMemoryInfo*& info = infos_.at(static_cast<size_t>(ordinal));
@@ -239,19 +251,19 @@ void copy_one(const OrtValue* src, OrtValue* dst) {
   void* out = nullptr;
   check(api().ort->GetTensorMutableData(dst, &out));
   const void* in = tensor_data(src);
-  GpuDevices::get().make_current(src_gpu ? src_ord : dst_ord);
+  // One stream and a sync of it: every copy has landed when this returns (the host-to-device copy from
+  // pageable memory would otherwise return once staged, before the DMA: a Run on our non-blocking
+  // streams could read it half old), without a context sync (illegal while another thread captures).
+  CuHandle stream = GpuDevices::get().transfer_stream(src_gpu ? src_ord : dst_ord);
   const auto dptr = [](const void* p) { return reinterpret_cast<CuDevicePtr>(p); };
   if (src_gpu && dst_gpu) {
-    cuda.check(cuda.memcpy_dtod(dptr(out), dptr(in), bytes), "cuMemcpyDtoD");
-    cuda.check(cuda.ctx_synchronize(), "cuCtxSynchronize");  // device-to-device may return early
+    cuda.check(cuda.memcpy_dtod_async(dptr(out), dptr(in), bytes, stream), "cuMemcpyDtoDAsync");
   } else if (src_gpu) {
-    cuda.check(cuda.memcpy_dtoh(out, dptr(in), bytes), "cuMemcpyDtoH");
+    cuda.check(cuda.memcpy_dtoh_async(out, dptr(in), bytes, stream), "cuMemcpyDtoHAsync");
   } else {
-    cuda.check(cuda.memcpy_htod(dptr(out), in, bytes), "cuMemcpyHtoD");
-    // From pageable memory cuMemcpyHtoD returns once the bytes are staged, before the DMA lands; our
-    // Runs use non-blocking streams, which do not wait for it (seen: a bound mask read half old).
-    cuda.check(cuda.ctx_synchronize(), "cuCtxSynchronize");
+    cuda.check(cuda.memcpy_htod_async(dptr(out), in, bytes, stream), "cuMemcpyHtoDAsync");
   }
+  cuda.check(cuda.stream_synchronize(stream), "cuStreamSynchronize");
 }
 
 OrtStatus* ORT_API_CALL copy_tensors(OrtDataTransferImpl*, const OrtValue** src, OrtValue** dst, OrtSyncStream**,
@@ -285,14 +297,15 @@ void copy_device_to_host(const OrtValue* src, void* dst, size_t bytes) {
   if (bytes == 0) return;
   if (!is_our_gpu(api().ep->Value_GetMemoryDevice(src), &ordinal)) throw OrtError(ORT_FAIL, "not our GPU memory");
   const CudaDriver& cuda = GpuDevices::get().cuda();
-  GpuDevices::get().make_current(ordinal);
+  CuHandle stream = GpuDevices::get().transfer_stream(ordinal);
   const auto p = reinterpret_cast<CuDevicePtr>(tensor_data(src));
-  const CuResult r = cuda.memcpy_dtoh(dst, p, bytes);
+  CuResult r = cuda.memcpy_dtoh_async(dst, p, bytes, stream);
+  if (r == 0) r = cuda.stream_synchronize(stream);
   if (r != 0 && cuda.memory_type(p) != 2) {
     throw OrtError(ORT_INVALID_ARGUMENT, "a tensor bound as GPU memory has an address that is not device memory "
                                          "(a host buffer bound with device_type 'cuda'?)");
   }
-  cuda.check(r, "cuMemcpyDtoH");
+  cuda.check(r, "cuMemcpyDtoHAsync");
 }
 
 void copy_host_to_device(const void* src, OrtValue* dst, size_t bytes) {
@@ -302,9 +315,9 @@ void copy_host_to_device(const void* src, OrtValue* dst, size_t bytes) {
   void* out = nullptr;
   check(api().ort->GetTensorMutableData(dst, &out));
   const CudaDriver& cuda = GpuDevices::get().cuda();
-  GpuDevices::get().make_current(ordinal);
-  cuda.check(cuda.memcpy_htod(reinterpret_cast<CuDevicePtr>(out), src, bytes), "cuMemcpyHtoD");
-  cuda.check(cuda.ctx_synchronize(), "cuCtxSynchronize");  // the DMA may still be in flight (copy_one)
+  CuHandle stream = GpuDevices::get().transfer_stream(ordinal);  // and a sync: the DMA has landed (copy_one)
+  cuda.check(cuda.memcpy_htod_async(reinterpret_cast<CuDevicePtr>(out), src, bytes, stream), "cuMemcpyHtoDAsync");
+  cuda.check(cuda.stream_synchronize(stream), "cuStreamSynchronize");
 }
 
 }  // namespace mgx

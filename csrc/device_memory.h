@@ -33,6 +33,8 @@ class GpuDevices {
   void make_current(int ordinal);
   // Our DEFAULT memory info for `ordinal`, alive as long as the process (ORT keeps the pointer).
   const OrtMemoryInfo* memory_info(int ordinal);
+  // The stream ORT's copies (our data transfer) go on, on `ordinal`'s primary context, made current.
+  CuHandle transfer_stream(int ordinal);
 
  private:
   GpuDevices() noexcept;
@@ -41,6 +43,7 @@ class GpuDevices {
   std::string why_not_;
   std::mutex mutex_;
   std::vector<CuHandle> contexts_;
+  std::vector<CuHandle> transfer_streams_;
   std::vector<OrtMemoryInfo*> infos_;
 };
 
