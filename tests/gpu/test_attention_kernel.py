@@ -17,8 +17,9 @@ from migraphx_ep.ir.shape import Shape
 from migraphx_ep.passes import DEAD_CODE_ELIMINATION, run_passes
 from migraphx_ep.targets.gpu import nvrtc
 from migraphx_ep.targets.gpu.fuse import FUSE_ATTENTION
-from migraphx_ep.targets.gpu.kernels.attention import attention_kernel, operand_shapes, strided_reshape
+from migraphx_ep.targets.gpu.kernels.attention import attention_kernel, operand_shapes
 from migraphx_ep.targets.gpu.kernels.spec import KernelSpec
+from migraphx_ep.targets.gpu.views import strided_reshape
 
 from .attentioncheck import Chain, chain, fused
 from .blockhost import HAVE_GXX, launch

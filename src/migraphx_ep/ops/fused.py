@@ -18,6 +18,21 @@ from ..ir.operation import ModuleOp, RunModule, register_op
 from ..ir.shape import Shape, ShapeError
 
 
+def body_output(name: str, inputs: list[Shape], body: Module, same_type: bool = True) -> Shape:
+    """The one value a fused op's ``body`` returns, once its parameters match ``inputs`` (type and dims)
+    and, with ``same_type``, the value has the first input's type; a ShapeError naming ``name`` if not."""
+    params = list(body.get_parameter_shapes().values())
+    if len(params) != len(inputs):
+        raise ShapeError(f"{name}: submodule takes {len(params)} parameters, given {len(inputs)}")
+    for p, s in zip(params, inputs, strict=True):
+        if (p.type, p.lens) != (s.type, s.lens):
+            raise ShapeError(f"{name}: submodule expects {p}, given {s}")
+    outs = body.get_output_shapes()
+    if len(outs) != 1 or (same_type and outs[0].type != inputs[0].type):
+        raise ShapeError(f"{name}: submodule returns {outs}, expected one {inputs[0].type.name} value")
+    return outs[0]
+
+
 @dataclasses.dataclass(frozen=True)
 class FusedOp(ModuleOp):
     """A chain as one op: its inputs are the body's parameters in order, its output the body's one
@@ -34,18 +49,7 @@ class FusedOp(ModuleOp):
             raise ShapeError(
                 f"{self.name}: needs one submodule and {self.arity()} inputs, given {len(inputs)}"
             )
-        params = list(mods[0].get_parameter_shapes().values())
-        if len(params) != len(inputs):
-            raise ShapeError(f"{self.name}: submodule takes {len(params)} parameters, given {len(inputs)}")
-        for p, s in zip(params, inputs, strict=True):
-            if (p.type, p.lens) != (s.type, s.lens):
-                raise ShapeError(f"{self.name}: submodule expects {p}, given {s}")
-        outs = mods[0].get_output_shapes()
-        if len(outs) != 1 or (outs[0].type != inputs[0].type and not self.converts):
-            raise ShapeError(
-                f"{self.name}: submodule returns {outs}, expected one {inputs[0].type.name} value"
-            )
-        return outs[0].as_standard()
+        return body_output(self.name, inputs, mods[0], same_type=not self.converts).as_standard()
 
     def compute_with_modules(
         self, out: Shape, args: list[np.ndarray], mods: list[Module], run: RunModule
@@ -105,4 +109,4 @@ class FusedConv(FusedEpilogue):
     name: ClassVar[str] = "fused_conv"
 
 
-__all__ = ["FusedConv", "FusedEpilogue", "FusedGemm", "FusedLayernorm", "FusedOp"]
+__all__ = ["body_output", "FusedConv", "FusedEpilogue", "FusedGemm", "FusedLayernorm", "FusedOp"]

@@ -17,6 +17,7 @@ import numpy as np
 from ..ir.module import Module
 from ..ir.operation import ModuleOp, RunModule, register_op
 from ..ir.shape import Shape, ShapeError
+from .fused import body_output
 
 MASKS = ("none", "bias")
 
@@ -55,18 +56,10 @@ class FusedAttention(ModuleOp):
             raise ShapeError(
                 f"{self.name}: needs one submodule and Q, K^T, V (and the bias with mask 'bias')"
             )
-        params = list(mods[0].get_parameter_shapes().values())
-        if len(params) != len(inputs):
-            raise ShapeError(f"{self.name}: submodule takes {len(params)} parameters, given {len(inputs)}")
-        for p, s in zip(params, inputs, strict=True):
-            if (p.type, p.lens) != (s.type, s.lens):
-                raise ShapeError(f"{self.name}: submodule expects {p}, given {s}")
-        outs = mods[0].get_output_shapes()
-        if len(outs) != 1 or outs[0].type != inputs[0].type or outs[0].ndim() not in (3, 4):
-            raise ShapeError(
-                f"{self.name}: submodule returns {outs}, expected one {inputs[0].type.name} value"
-            )
-        out, rank = outs[0], outs[0].ndim()
+        out = body_output(self.name, inputs, mods[0])
+        if out.ndim() not in (3, 4):
+            raise ShapeError(f"{self.name}: submodule returns {out}, expected rank 3 or 4")
+        rank = out.ndim()
         perm = list(self.out_perm) or list(range(rank))
         if sorted(perm) != list(range(rank)) or out.lens[perm.index(rank - 1)] != self.value_dim:
             raise ShapeError(f"{self.name}: out_perm {perm} and value_dim {self.value_dim} do not fit {out}")

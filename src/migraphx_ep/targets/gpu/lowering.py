@@ -32,7 +32,7 @@ from .kernels.attention import attention_kernel, attention_supported
 from .kernels.spec import KernelSpec, PwConst, PwExpr, PwInput, PwOp, Unsupported
 from .memory import Storage, plan
 from .switches import env_choice
-from .views import is_view, only_user, reshape_strides, scalar_value
+from .views import is_view, only_user, scalar_value, strided_reshape
 
 log = logging.getLogger("migraphx_ep.gpu")
 
@@ -215,12 +215,9 @@ class Lowering:
             self._fused_pointwise(ins)
         elif ins.name == "reshape" or ins.name == "flatten" or ins.name == "contiguous":
             src = self.bufs[id(ins.inputs[0])]
-            lay = (src.shape.lens, src.shape.strides)
-            strides = None if ins.name == "contiguous" else reshape_strides(*lay, ins.shape.lens)
-            if strides is not None:  # a view after all, at the buffer's real strides: no copy
-                self.bufs[id(ins)] = Buf(
-                    src.storage, src.offset, Shape(ins.shape.type, ins.shape.lens, strides)
-                )
+            view = None if ins.name == "contiguous" else strided_reshape(src.shape, ins.shape.lens)
+            if view is not None:  # a view after all, at the buffer's real strides: no copy
+                self.bufs[id(ins)] = Buf(src.storage, src.offset, view)
             else:
                 src = self._copy(src, ins.name)
                 self.bufs[id(ins)] = Buf(src.storage, 0, ins.shape)

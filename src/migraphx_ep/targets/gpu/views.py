@@ -7,6 +7,7 @@ from __future__ import annotations
 import math
 
 from ...ir.instruction import Instruction
+from ...ir.shape import Shape
 
 VIEW_OPS = frozenset(
     {
@@ -81,3 +82,9 @@ def reshape_strides(
     for k in range(ni, len(new)):
         out[k] = last  # trailing ones of the new dims
     return tuple(out)
+
+
+def strided_reshape(s: Shape, lens: tuple[int, ...]) -> Shape | None:
+    """``s`` reshaped to ``lens`` as a view of the same elements (``reshape_strides``), or None."""
+    strides = reshape_strides(s.lens, s.strides, tuple(lens))
+    return None if strides is None else Shape(s.type, lens, strides)

@@ -42,7 +42,8 @@ from ....passes.rewrite import (
     op,
     var,
 )
-from ..kernels.attention import attention_supported, attention_worthwhile, strided_reshape
+from ..kernels.attention import attention_supported, attention_worthwhile
+from ..views import strided_reshape
 from .body import body_name, copy_chain, is_body
 
 _TYPES = frozenset({DType.half_type, DType.bf16_type, DType.float_type})

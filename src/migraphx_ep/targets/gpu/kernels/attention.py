@@ -23,7 +23,6 @@ as the IR softmax does; keys past the end, and hidden by ``causal``, take no par
 
 from __future__ import annotations
 
-import math
 import os
 from dataclasses import dataclass
 
@@ -32,6 +31,7 @@ from ....ir.module import Module
 from ....ir.operation import Op
 from ....ir.shape import Shape
 from ..switches import env_int
+from ..views import strided_reshape
 from .params import Params
 from .prelude import PRELUDE, c_literal, c_type, index_type, offset, signature, span
 from .spec import KernelSpec, Unsupported
@@ -97,35 +97,6 @@ def problem(op: Op, inputs: list[Shape], out: Shape) -> Problem:
         (*qb, *q.strides[-2:]), (*kb, kt.strides[-1], kt.strides[-2]), (*vb, *v.strides[-2:]),
         bias, (*ob, *logical[-2:]),
     )  # fmt: skip
-
-
-def strided_reshape(s: Shape, lens: tuple[int, ...]) -> Shape | None:
-    """``s`` reshaped to ``lens`` as a view of the same elements (numpy's no-copy reshape: each group of
-    old dims that becomes a group of new dims must be contiguous within itself), or None."""
-    if math.prod(lens) != s.elements() or s.elements() == 0:
-        return None
-    old = [(n, st) for n, st in zip(s.lens, s.strides, strict=True) if n != 1]
-    new = [n for n in lens if n != 1]
-    strides: list[int] = []
-    oi = ni = 0
-    while oi < len(old) and ni < len(new):
-        oj, nj, op_, np_ = oi + 1, ni + 1, old[oi][0], new[ni]
-        while op_ != np_:
-            if np_ < op_:
-                np_ *= new[nj]
-                nj += 1
-            else:
-                op_ *= old[oj][0]
-                oj += 1
-        if any(old[k][1] != old[k + 1][0] * old[k + 1][1] for k in range(oi, oj - 1)):
-            return None
-        group = [old[oj - 1][1]]
-        for n in reversed(new[ni + 1 : nj]):
-            group.insert(0, group[0] * n)
-        strides += group
-        oi, ni = oj, nj
-    it = iter(strides)
-    return Shape(s.type, lens, [next(it) if n != 1 else 1 for n in lens])
 
 
 def operand_shapes(body: Module, inputs: list[Shape]) -> list[Shape] | None:
@@ -412,6 +383,5 @@ __all__ = [
     "attention_supported",
     "operand_shapes",
     "problem",
-    "strided_reshape",
     "use_mma",
 ]
