@@ -15,7 +15,6 @@ import pytest
 from migraphx_ep.frontend.graph import model_to_dict
 from migraphx_ep.frontend.parser import parse_graph
 from migraphx_ep.frontend.probe import fixed_dims
-from migraphx_ep.ir.evaluate import run_module
 from migraphx_ep.ir.instruction import Instruction
 from migraphx_ep.ir.module import Module
 from migraphx_ep.ir.operation import make_op
@@ -27,6 +26,8 @@ from migraphx_ep.targets.gpu.lowering import ConvStep, GemmStep, kernel_supporte
 from migraphx_ep.targets.gpu.simulate import run_steps
 from migraphx_ep.targets.ref import RefTarget
 from passes.passcheck import Build, check_pass, random_inputs
+
+from . import fusecheck
 
 PASSES = [FUSE_CONV_EPILOGUE, DEAD_CODE_ELIMINATION]
 MODELS = Path(__file__).resolve().parents[1] / "models"
@@ -86,13 +87,9 @@ def fused(m: Module) -> list[Instruction]:
 
 
 def simulated(m: Module, ref: Module, tol: float = 1e-5, **kw: object) -> list:
-    """The lowered steps of ``m`` (NCHW unless ``channels_last``) but its layout copies, simulated and
-    compared with the ref interpretation of ``ref``."""
-    low = lower(m, **{"use_blas": True, "use_dnn": True, "channels_last": False, **kw})  # type: ignore[arg-type]
-    feeds = random_inputs(ref, specials=False)
-    for got, want in zip(run_steps(low, feeds), run_module(ref, feeds), strict=True):
-        np.testing.assert_allclose(got.astype(np.float64), want.astype(np.float64), rtol=tol, atol=tol)
-    return [s for s in low.steps if not s.label.startswith(("to NHWC", "copy (output)"))]
+    """``fusecheck.simulated`` (NCHW unless ``channels_last``), without the layout copies."""
+    steps = fusecheck.simulated(m, ref, tol, **{"channels_last": False, **kw})
+    return [s for s in steps if not s.label.startswith(("to NHWC", "copy (output)"))]
 
 
 @pytest.mark.parametrize("c", [Cv(), Cv(residual=True)], ids=str)

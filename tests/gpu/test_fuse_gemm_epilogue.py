@@ -14,7 +14,6 @@ import pytest
 from migraphx_ep.frontend.graph import model_to_dict
 from migraphx_ep.frontend.parser import parse_graph
 from migraphx_ep.frontend.probe import fixed_dims
-from migraphx_ep.ir.evaluate import run_module
 from migraphx_ep.ir.instruction import Instruction
 from migraphx_ep.ir.module import Module
 from migraphx_ep.ir.operation import make_op
@@ -24,7 +23,9 @@ from migraphx_ep.targets.gpu.decompose import gpu_pipeline
 from migraphx_ep.targets.gpu.fuse import FUSE_GEMM_EPILOGUE
 from migraphx_ep.targets.gpu.lowering import GemmStep, kernel_supported, lower
 from migraphx_ep.targets.gpu.simulate import run_steps
-from passes.passcheck import Build, check_pass, random_inputs
+from passes.passcheck import Build, check_pass
+
+from .fusecheck import simulated
 
 PASSES = [FUSE_GEMM_EPILOGUE, DEAD_CODE_ELIMINATION]
 MODELS = Path(__file__).resolve().parents[1] / "models"
@@ -89,15 +90,6 @@ def expected(c: Mm) -> Module:
 
 def fused(m: Module) -> list[Instruction]:
     return [i for i in m.instructions if i.name == "fused_gemm"]
-
-
-def simulated(m: Module, ref: Module, use_blas: bool = True, tol: float = 1e-5) -> list:
-    """The lowered steps of ``m``, simulated and compared with the ref interpretation of ``ref``."""
-    low = lower(m, use_blas=use_blas, use_dnn=True)
-    feeds = random_inputs(ref, specials=False)
-    for got, want in zip(run_steps(low, feeds), run_module(ref, feeds), strict=True):
-        np.testing.assert_allclose(got.astype(np.float64), want.astype(np.float64), rtol=tol, atol=tol)
-    return low.steps
 
 
 def test_chain_becomes_one_instruction_owning_it() -> None:

@@ -15,7 +15,6 @@ import pytest
 from migraphx_ep.frontend.graph import model_to_dict
 from migraphx_ep.frontend.parser import parse_graph
 from migraphx_ep.frontend.probe import fixed_dims
-from migraphx_ep.ir.evaluate import run_module
 from migraphx_ep.ir.instruction import Instruction
 from migraphx_ep.ir.module import Module
 from migraphx_ep.ir.operation import make_op
@@ -26,6 +25,8 @@ from migraphx_ep.targets.gpu.fuse import FUSE_LAYERNORM, adopt_submodules
 from migraphx_ep.targets.gpu.lowering import KernelStep, kernel_supported, lower
 from migraphx_ep.targets.gpu.simulate import run_steps
 from passes.passcheck import Build, check_pass, random_inputs
+
+from .fusecheck import simulated
 
 PASSES = [FUSE_LAYERNORM, DEAD_CODE_ELIMINATION]
 MODELS = Path(__file__).resolve().parents[1] / "models"
@@ -96,21 +97,12 @@ def fused(m: Module) -> list[Instruction]:
     return [i for i in m.instructions if i.name == "fused_layernorm"]
 
 
-def lowered_matches_ref(m: Module, ref: Module, tol: float = 1e-5) -> list:
-    """The lowered steps of ``m``, simulated and compared with the ref interpretation of ``ref``."""
-    low = lower(m, use_blas=True, use_dnn=True)
-    feeds = random_inputs(ref, specials=False)
-    for got, want in zip(run_steps(low, feeds), run_module(ref, feeds), strict=True):
-        np.testing.assert_allclose(got.astype(np.float64), want.astype(np.float64), rtol=tol, atol=tol)
-    return low.steps
-
-
 def test_chain_becomes_one_instruction_owning_it() -> None:
     c = Ln()
     m = check_pass(PASSES, lambda: chain(c), lambda: expected(c))
     (f,) = fused(m)
     assert kernel_supported(f) is None
-    steps = lowered_matches_ref(m, chain(c))
+    steps = simulated(m, chain(c))
     assert [s.label for s in steps] == ["layernorm"] and isinstance(steps[0], KernelStep)
     assert steps[0].args == {"axis": 2, "eps": f.op.epsilon, "scale": True, "bias": True}
 
@@ -136,7 +128,7 @@ def test_spellings_fuse_into_one_kernel(c: Ln, attrs: dict) -> None:
     want = {"axis": len(c.lens) - 1, "scale": c.gamma, "bias": c.beta, **attrs}
     assert {k: getattr(f.op, k) for k in want} == want
     assert not [i for i in m.instructions if i.name in ("reduce_mean", "sqrt", "rsqrt", "sub")]
-    steps = lowered_matches_ref(m, chain(c), tol=2e-2 if c.dtype == np.float16 else 1e-5)
+    steps = simulated(m, chain(c), tol=2e-2 if c.dtype == np.float16 else 1e-5)
     outside = (c.gamma and not f.op.scale) + (c.beta and not f.op.bias)  # one pointwise kernel for both
     assert [s.label.split()[0] for s in steps] == ["layernorm"] + ["pointwise"] * bool(outside)
 
@@ -198,7 +190,7 @@ def test_converts_around_a_float_layernorm_fuse_into_its_kernel() -> None:
     assert [a.name for a in f.inputs] == ["@param", "multibroadcast", "multibroadcast"]
     assert f.inputs[0].shape.type.name == "half_type" and f.op.scale and f.op.bias
     assert not [i for i in m.instructions if i.name in ("convert", "mul", "add")]
-    steps = lowered_matches_ref(m, _float_chain_in_half(), tol=2e-3)
+    steps = simulated(m, _float_chain_in_half(), tol=2e-3)
     assert [s.label for s in steps] == ["layernorm"]
 
 
@@ -206,7 +198,7 @@ def test_a_widened_x_read_elsewhere_stays_outside() -> None:
     m = check_pass(PASSES, lambda: _float_chain_in_half(widened_returned=True))
     (f,) = fused(m)
     assert f.inputs[0].name == "convert"  # the float x is an input; the narrowing and affine still fuse
-    steps = lowered_matches_ref(m, _float_chain_in_half(widened_returned=True), tol=2e-3)
+    steps = simulated(m, _float_chain_in_half(widened_returned=True), tol=2e-3)
     assert [s.label.split()[0] for s in steps] == ["pointwise", "layernorm"]  # the convert, returned
 
 

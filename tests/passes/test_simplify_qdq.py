@@ -28,9 +28,11 @@ def per_axis(b: Build, values: np.ndarray, axis: int, lens: tuple[int, ...]) -> 
     return b("broadcast", b.lit(values), axis=axis, out_lens=list(lens))
 
 
-def quantised_data(b: Build, zero: int, dtype: type = np.uint8, lens: tuple[int, ...] = X) -> Instruction:
+def quantised_data(
+    b: Build, zero: int, dtype: type = np.uint8, lens: tuple[int, ...] = X, name: str = "x"
+) -> Instruction:
     """dq(q(x)) of a float parameter: ORT's QDQ pair, one scale and zero point."""
-    x = b.param("x", list(lens))
+    x = b.param(name, list(lens))
     s, z = scalar(b, 0.05, np.float32, lens), scalar(b, zero, dtype, lens)
     return b("dequantizelinear", b("quantizelinear", x, s, z), s, z)
 
@@ -124,11 +126,7 @@ def test_symmetric_activations_need_no_constant_weight() -> None:
     # Attention's Q @ K^T in a QDQ model: both operands activations, zero points zero.
     b = Build()
     lens = (2, 4, 4)
-    a = quantised_data(b, 0, np.int8, lens)
-    k = b.param("k", list(lens))
-    s = scalar(b, 0.05, np.float32, lens)
-    kq = b("dequantizelinear", b("quantizelinear", k, s, scalar(b, 0, np.int8, lens)), s)
-    b.ret(b("dot", a, kq))
+    b.ret(b("dot", quantised_data(b, 0, np.int8, lens), quantised_data(b, 0, np.int8, lens, "k")))
     check_rewrite(b, {**x_feed(lens), "k": RNG.uniform(-6, 6, lens).astype(np.float32)}, "quant_dot")
 
 
@@ -162,8 +160,5 @@ def test_data_zero_point_with_a_computed_weight_stays_float() -> None:
     # The zero point's share is a sum of the weights: a constant only when the weight is one.
     b = Build()
     lens = (2, 4, 4)
-    a = quantised_data(b, 10, np.int8, lens)
-    k = b.param("k", list(lens))
-    s = scalar(b, 0.05, np.float32, lens)
-    b.ret(b("dot", a, b("dequantizelinear", b("quantizelinear", k, s, scalar(b, 0, np.int8, lens)), s)))
+    b.ret(b("dot", quantised_data(b, 10, np.int8, lens), quantised_data(b, 0, np.int8, lens, "k")))
     assert refused(b)

@@ -12,19 +12,17 @@ from __future__ import annotations
 import dataclasses
 from typing import ClassVar
 
-import numpy as np
-
 from ..ir.module import Module
-from ..ir.operation import ModuleOp, RunModule, register_op
+from ..ir.operation import register_op
 from ..ir.shape import Shape, ShapeError
-from .fused import body_output
+from .fused import FusedOp, body_output
 
 MASKS = ("none", "bias")
 
 
 @register_op
 @dataclasses.dataclass(frozen=True)
-class FusedAttention(ModuleOp):
+class FusedAttention(FusedOp):
     """Inputs: Q (..., S, D), K^T (..., D, L) as the first product reads it, V (..., L, Dv), then the
     additive bias (..., S, L) when ``mask`` is ``"bias"``; batch dims (B, H) or (N,); any strides (the
     transposes in front of the products stay views: the kernel reads through their strides). Q, K^T and
@@ -49,6 +47,9 @@ class FusedAttention(ModuleOp):
     value_dim: int = 0
     out_perm: tuple[int, ...] = ()
 
+    def arity(self) -> int:
+        return 3 + (self.mask == "bias")
+
     def compute_shape_with_modules(self, inputs: list[Shape], mods: list[Module]) -> Shape:
         if self.mask not in MASKS:
             raise ShapeError(f"{self.name}: mask {self.mask!r} is not one of {MASKS}")
@@ -64,13 +65,6 @@ class FusedAttention(ModuleOp):
         if sorted(perm) != list(range(rank)) or out.lens[perm.index(rank - 1)] != self.value_dim:
             raise ShapeError(f"{self.name}: out_perm {perm} and value_dim {self.value_dim} do not fit {out}")
         return out.as_standard()
-
-    def compute_with_modules(
-        self, out: Shape, args: list[np.ndarray], mods: list[Module], run: RunModule
-    ) -> np.ndarray:
-        body = mods[0]
-        (res,) = run(body, dict(zip(body.get_parameter_names(), args, strict=True)))
-        return np.ascontiguousarray(res)
 
 
 __all__ = ["MASKS", "FusedAttention"]
