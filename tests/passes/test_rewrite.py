@@ -128,3 +128,20 @@ def test_rewrite_rejected_by_op_shape_is_not_applied():
     rules = [rule(op("neg", x), lambda r: r.op("transpose", r.x, permutation=[0, 1, 2]))]  # bad permutation
     assert not apply_rules(m, rules)
     assert len(m) == 3
+
+
+def test_a_pruning_rule_removes_what_only_the_replaced_root_read():
+    # relu(neg(exp(b))) is the chain a fusion replaces; exp(a) is read twice and must stay.
+    bld = Build()
+    a, c = bld.param("a", [4]), bld.param("b", [4])
+    shared = bld("exp", a)
+    bld.ret(bld("add", bld("neg", shared), shared), bld("relu", bld("neg", bld("exp", c))))
+    chain = op("relu", op("neg", op("exp", var("v"))))
+
+    def fused(r) -> object:  # noqa: ANN001 - any one instruction standing for the chain
+        return r.op("sigmoid", r.v)
+
+    assert apply_rules(bld.m, [Rule(chain, fused, None, "fuse", prune=True)])
+    names = [i.name for i in bld.m.instructions]
+    assert names.count("exp") == 1 and names.count("neg") == 1 and "relu" not in names  # no DCE ran
+    assert shared in bld.m.instructions and len(shared.outputs) == 2

@@ -309,12 +309,15 @@ Rewrite = Callable[[Builder], Instruction | None]
 
 @dataclass(frozen=True)
 class Rule:
-    """``pattern`` at a root; ``check`` returns a reason to skip (or None); ``rewrite`` builds the result."""
+    """``pattern`` at a root; ``check`` returns a reason to skip (or None); ``rewrite`` builds the result.
+    ``prune``: after a rewrite, remove what only the replaced root read (a fused chain), so a sweep does
+    not try the dead chain's inner roots (fusion passes, whose matches nest)."""
 
     pattern: Pattern
     rewrite: Rewrite
     check: Callable[[Builder], str | None] | None = None
     name: str = ""
+    prune: bool = False
 
     def apply(self, m: Module, ins: Instruction) -> bool:
         b = self.pattern.match(ins, {})
@@ -334,9 +337,23 @@ class Rule:
         if new is not None and replace_value(m, ins, new):
             if _TRACE:
                 log.warning("rewrite %s: %s -> %s", self.name, ins.op, new.op)
+            if self.prune:
+                _remove_dead(m, ins)
             return True
         r.undo()
         return False
+
+
+def _remove_dead(m: Module, root: Instruction) -> None:
+    """``root`` and every instruction only it read (transitively), if nothing else reads them."""
+    stack = [root]
+    while stack:
+        ins = stack.pop()
+        if ins.module is not m or ins.outputs or ins.is_param() or ins.is_return():
+            continue
+        inputs = list(ins.inputs)
+        m.remove_instruction(ins)
+        stack.extend(inputs)
 
 
 def rule(
@@ -350,9 +367,11 @@ def rule(
 _TRACE = os.environ.get("MIGRAPHX_EP_TRACE_REWRITES", "0") not in ("", "0")
 
 
-def apply_rules(m: Module, rules: Sequence[Rule], max_sweeps: int = 16) -> bool:
+def apply_rules(m: Module, rules: Sequence[Rule], max_sweeps: int = 16, backward: bool = False) -> bool:
     """Sweep the module applying the first matching rule at each live instruction until nothing changes
-    (at most ``max_sweeps`` sweeps, so a rule set that cycles cannot hang a compile)."""
+    (at most ``max_sweeps`` sweeps, so a rule set that cycles cannot hang a compile). ``backward`` sweeps
+    from the last instruction: where matches nest (a root's reader may extend it), the outermost root is
+    tried first and the chain inside it is dead by the time the sweep reaches it."""
     by_root: dict[str, list[Rule]] = {}
     anywhere: list[Rule] = []
     for rl in rules:
@@ -364,7 +383,7 @@ def apply_rules(m: Module, rules: Sequence[Rule], max_sweeps: int = 16) -> bool:
     changed = False
     for _ in range(max_sweeps):
         progress = False
-        for ins in m:
+        for ins in reversed(list(m)) if backward else m:
             # Dead or removed roots are skipped: rewriting garbage would "change" forever.
             if ins.module is not m or not ins.outputs:
                 continue

@@ -73,7 +73,7 @@ class EpilogueRule:
     ) -> None:
         self.fused, self.operands = fused, operands
         self.pattern = epilogue_pattern(product, bias)
-        self.rule = Rule(self.pattern, self._rewrite, self._check, name)
+        self.rule = Rule(self.pattern, self._rewrite, self._check, name, prune=True)
 
     def _inputs(self, r: Builder) -> list[tuple[str, Instruction]]:
         names = (*self.operands, "bias", "residual")  # the body's parameters, in the fused op's order
@@ -102,7 +102,7 @@ class EpilogueRule:
     def apply(self, m: Module) -> bool:
         if self.skips(m):
             return False
-        return apply_rules(m, [self.rule])
+        return apply_rules(m, [self.rule], backward=True)  # the largest match first (body.reader_extends)
 
     def as_pass(self) -> Pass:
         return Pass(self.rule.name, self.apply)

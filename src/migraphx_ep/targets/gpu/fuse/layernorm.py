@@ -171,13 +171,13 @@ def _rewrite(r: Builder) -> Instruction:
     return insert_fused(r, fused, params, (_bound(r, n) for n in CHAIN))
 
 
-RULE = Rule(PATTERN, _rewrite, _check, "fuse_layernorm")
+RULE = Rule(PATTERN, _rewrite, _check, "fuse_layernorm", prune=True)
 
 
 def fuse_layernorm(m: Module) -> bool:
     if is_body(m):
         return False  # a fused op's own body: it is the chain, not a use of it
-    return apply_rules(m, [RULE])
+    return apply_rules(m, [RULE], backward=True)  # the largest match first (body.reader_extends)
 
 
 FUSE_LAYERNORM = Pass("fuse_layernorm", fuse_layernorm)
