@@ -45,10 +45,6 @@ Loaded load() {
          bind(lib, "cuDevicePrimaryCtxRetain", d.primary_ctx_retain, l.why) &&
          bind(lib, "cuMemAlloc_v2", d.mem_alloc, l.why) && bind(lib, "cuMemFree_v2", d.mem_free, l.why) &&
          bind(lib, "cuMemGetInfo_v2", d.mem_get_info, l.why) &&
-         bind(lib, "cuMemcpyHtoD_v2", d.memcpy_htod, l.why) &&
-         bind(lib, "cuMemcpyDtoH_v2", d.memcpy_dtoh, l.why) &&
-         bind(lib, "cuMemcpyDtoD_v2", d.memcpy_dtod, l.why) &&
-         bind(lib, "cuCtxSynchronize", d.ctx_synchronize, l.why) &&
          bind(lib, "cuStreamCreate", d.stream_create, l.why) &&
          bind(lib, "cuPointerGetAttribute", d.pointer_get_attribute, l.why) &&
          bind(lib, "cuMemsetD8Async", d.memset_d8_async, l.why) &&

@@ -48,10 +48,6 @@ struct CudaDriver {
   CuResult (*mem_alloc)(CuDevicePtr* ptr, size_t bytes) = nullptr;
   CuResult (*mem_free)(CuDevicePtr ptr) = nullptr;
   CuResult (*mem_get_info)(size_t* free, size_t* total) = nullptr;
-  CuResult (*memcpy_htod)(CuDevicePtr dst, const void* src, size_t bytes) = nullptr;
-  CuResult (*memcpy_dtoh)(void* dst, CuDevicePtr src, size_t bytes) = nullptr;
-  CuResult (*memcpy_dtod)(CuDevicePtr dst, CuDevicePtr src, size_t bytes) = nullptr;
-  CuResult (*ctx_synchronize)() = nullptr;
   CuResult (*stream_create)(CuHandle* stream, unsigned flags) = nullptr;  // ORT's copies' own stream
   CuResult (*pointer_get_attribute)(void* data, int attribute, CuDevicePtr ptr) = nullptr;
   // Inputs with a run-time axis (native_run.h NativePad): a zeroed slot, then the rows at its pitch.
