@@ -67,6 +67,9 @@ class TorchDynamic:
         import torch
         import torch_models
 
+        if name not in torch_models.BUILDERS:
+            known = ", ".join(sorted(torch_models.BUILDERS))
+            raise SystemExit(f"--torch-model {name!r}: not a bench model ({known})")
         self.torch, self.names = torch, [i.name for i in specs.MODELS[name].inputs]
         module = torch_models.build(name, specs.file_dtype(path), "cuda")
         self.compiled = torch.compile(module, dynamic=True)
