@@ -110,7 +110,8 @@ class NativePlans {
   std::shared_ptr<const NativePlan> find(const DimsKey& key) const;
   // Whether Python already said these dims cannot run natively (so Compute does not ask again).
   bool refused(const DimsKey& key) const;
-  // Under the GIL: parse bridge.native_plan's answer (None: this program cannot run natively) and keep it.
+  // Under the GIL: parse bridge.native_plan's answer (None: this program cannot run natively; False:
+  // not yet, ask after the next Run) and keep it.
   void add(const DimsKey& key, pybind11::handle plan);
   // Under the GIL, at release: drop the Python references.
   void clear() noexcept;

@@ -213,11 +213,13 @@ CASES = {
 
 @pytest.fixture
 def gpu_subgraphs(monkeypatch):
-    """Fresh per-shape compiles: no stored programs (a loaded one shares nothing), no run-time dims."""
+    """Fresh per-shape compiles: no stored programs (a loaded one shares nothing), no run-time dims, no
+    batch size served by a larger batch's program."""
     for k in list(os.environ):
         if k.startswith("ORT_MIGRAPHX_"):
             monkeypatch.delenv(k)
     monkeypatch.setenv("MIGRAPHX_EP_RUNTIME_DIMS", "0")
+    monkeypatch.setenv("MIGRAPHX_EP_BATCH_ROWS", "0")
 
 
 def subgraph(name: str, target: str, **options: str):

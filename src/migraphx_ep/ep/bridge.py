@@ -38,7 +38,8 @@ Calls from ORT, all with the GIL held (the shell takes it; ``session.run`` itsel
   Inputs are read-only zero-copy views of ORT's tensors, valid only during the call: copy what you keep.
   Return one array per output (numpy scalars / 0-d and 0-size arrays are fine); dtypes must match.
 - ``native_plan(compiled, inputs)`` right after a ``run`` (optional): a dict the shell keeps, keyed by
-  the inputs' dims, to run later calls with those dims natively (no Python); None: keep calling ``run``.
+  the inputs' dims, to run later calls with those dims natively (no Python); None: keep calling ``run``;
+  False: not yet (a background compile is under way), ask again after the next ``run``.
 - ``release(compiled)`` when ORT releases the compute infos; ``release_ep(ep)`` on ReleaseEp.
 
 Any exception raised becomes an ORT error status (ORT_FAIL) whose message carries the exception type and
@@ -177,9 +178,9 @@ def allocator_settings(ep: Any) -> dict | None:
     return fn() if callable(fn) else None
 
 
-def native_plan(compiled: Any, inputs: list[np.ndarray]) -> dict | None:
-    """After ``run(compiled, inputs)``: a plan for the shell's native Run path (csrc/native_run.h), or
-    None. Optional for backends."""
+def native_plan(compiled: Any, inputs: list[np.ndarray]) -> dict | bool | None:
+    """After ``run(compiled, inputs)``: a plan for the shell's native Run path (csrc/native_run.h), None
+    (never for these dims), or False (not yet: ask after the next Run). Optional for backends."""
     fn = getattr(compiled, "native_plan", None)
     return fn(inputs) if callable(fn) else None
 

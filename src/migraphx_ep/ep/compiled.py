@@ -23,6 +23,10 @@ from ..ir.program import Program
 from ..ir.shape import Shape
 from ..ir.weights import WeightCache
 from ..timing import record
+from .background import BACKGROUND
+from .batch_rows import BatchRows, capacity
+from .batch_serve import BatchServing, batch_inputs
+from .batch_serve import enabled as batch_rows_enabled
 from .cache import ProgramStore, graph_fingerprint, program_key
 from .options import EpOptions
 from .runtime_dims import RuntimeDims, candidates, other_size, prove, with_free_axes
@@ -72,7 +76,9 @@ class CompiledSubgraph:
         self.input_dims: list[list | None] = [values[n].get("shape") for n in self.input_names]
         self.programs: OrderedDict[ShapeKey, Program] = OrderedDict()
         self.compiles = 0  # how many programs were built (tests and stats read this)
-        self._lock = threading.Lock()
+        self._lock = threading.Lock()  # the programs and the keys' state
+        self._build_lock = threading.Lock()  # one compile of this subgraph at a time (background too)
+        self._closed = False
         self._warned_values = False
         # What the compiles for each input shape share about the weights (ir/weights.py): literals,
         # folded and converted weights, host layouts, the gpu target's device copies.
@@ -83,6 +89,8 @@ class CompiledSubgraph:
         self.runtime: RuntimeDims = {}
         self._runtime_pending = False
         self.padded = target == "gpu"
+        # A batch size served by a larger batch's program while its own compiles (ep/batch_serve.py).
+        self.rows: BatchServing | None = None
         # An EPContext node (ep/epcontext.py): its programs were compiled earlier and loaded; the graph
         # holds nothing to parse, so a shape without a program is an error rather than a compile.
         self.frozen = programs is not None
@@ -99,6 +107,9 @@ class CompiledSubgraph:
         if target in ("ref", "gpu") and os.environ.get("MIGRAPHX_EP_RUNTIME_DIMS", "1") not in ("", "0"):
             self.runtime = candidates(self.graph)
             self._runtime_pending = bool(self.runtime)
+        batch = batch_inputs(self.graph) if batch_rows_enabled(target) else []
+        if batch and not self.value_inputs and not self.runtime:
+            self.rows = BatchServing(self.graph, self.input_types, batch, self.weights)
         if self.value_inputs:
             pass  # nothing can compile before the values are seen at the first Run
         elif all(d is not None and all(isinstance(x, int) and x >= 0 for x in d) for d in self.input_dims):
@@ -135,7 +146,7 @@ class CompiledSubgraph:
                 self.loads += 1
                 return loaded
         # Every new input shape compiles anew: the log says what each one cost, and where the time went.
-        with record() as times:
+        with self._build_lock, record() as times:
             parsed = parse_graph(
                 self.graph, shapes, specialize=True, input_values=values, runtime_dims=runtime,
                 weights=self.weights,
@@ -222,16 +233,71 @@ class CompiledSubgraph:
                     sorted(values),
                 )
             prog = self._build(key, values, self._compile_dims(exact), self.runtime)
-            self.programs[key] = prog
-            while len(self.programs) > self.options.max_compiled_models:
-                evicted, _ = self.programs.popitem(last=False)
-                log.info(
-                    "%s: evicted compiled program for input dims %s (max_compiled_models=%d)",
-                    self.name,
-                    evicted,
-                    self.options.max_compiled_models,
-                )
+            self._insert(key, prog)
             return prog
+
+    def _insert(self, key: ShapeKey, prog: Program) -> None:
+        """Keep ``prog`` for ``key`` (under ``_lock``), evicting the least recently used past the limit."""
+        self.programs[key] = prog
+        self.programs.move_to_end(key)
+        # A batch capacity's program serves the sizes below it (ep/batch_serve.py): evicted last.
+        keep = self.rows.capacities if self.rows is not None else set()
+        while len(self.programs) > self.options.max_compiled_models:
+            evicted = next((k for k in self.programs if k not in keep), next(iter(self.programs)))
+            del self.programs[evicted]
+            log.info(
+                "%s: evicted compiled program for input dims %s (max_compiled_models=%d)",
+                self.name,
+                evicted,
+                self.options.max_compiled_models,
+            )
+
+    # -- batch sizes served by a larger batch's program (ep/batch_serve.py) ------------------------
+    def _serve(self, key: ShapeKey) -> tuple[Program, int, BatchRows] | None:
+        """A program of a larger batch for input dims ``key`` with none of its own, that batch and
+        the proof; its own program is queued for the background. None: compile ``key`` as usual."""
+        rows = self.rows
+        if rows is None or self._runtime_pending:
+            return None
+        with self._lock:
+            if key in self.programs:
+                return None
+            b, proof = rows.batch_of(key), rows.proof(key)
+            if b is None or proof is None:
+                return None
+            donor = rows.donor(key, self.programs)
+            if donor is None:
+                size = capacity(b)
+                if size == b:
+                    return None
+                donor = rows.with_batch(key, size)
+                rows.capacities.add(donor)
+                self._insert(donor, self._build(donor, None, donor, {}))
+            self.programs.move_to_end(donor)
+            rows.later(key, lambda k: BACKGROUND.submit(lambda: self._compile_later(k)))
+            return self.programs[donor], rows.batch_of(donor), proof  # type: ignore[return-value]
+
+    def _compile_later(self, key: ShapeKey) -> None:
+        """On the background thread: ``key``'s own program, used by its Runs from then on."""
+        rows = self.rows
+        assert rows is not None
+        try:
+            prog = None if self._closed else self._build(key, None, key, {})
+        except Exception as e:  # noqa: BLE001 - keep serving it padded; say why once
+            log.warning("%s: compiling input dims %s failed (%s); a larger batch's program serves them",
+                        self.name, [list(d) for d in key], e)  # fmt: skip
+            with self._lock:
+                rows.failed.add(key)
+                rows.pending.discard(key)
+            return
+        with self._lock:
+            if prog is not None and not self._closed:
+                self._insert(key, prog)
+            rows.pending.discard(key)
+
+    def release(self) -> None:
+        """The session let go of this subgraph: its queued background compiles are dropped."""
+        self._closed = True
 
     def _precompile_batches(self) -> None:
         """With max_dynamic_batch, compile power-of-two batch sizes ahead of the first Run."""
@@ -259,8 +325,11 @@ class CompiledSubgraph:
         (``GpuExecutable.native_plan``); None when it cannot (value-specialised inputs, the ref target)."""
         if self.value_inputs:
             return None
+        key = self._key(tuple(tuple(int(n) for n in a.shape) for a in inputs))
         with self._lock:
-            prog = self.programs.get(self._key(tuple(tuple(int(n) for n in a.shape) for a in inputs)))
+            prog = self.programs.get(key)
+            if prog is None and self.rows is not None and key in self.rows.pending:
+                return False  # type: ignore[return-value] - served padded while its own compiles: ask later
         plan = getattr(getattr(prog, "_exe", None), "native_plan", None)
         if plan is None:
             return None
@@ -286,6 +355,7 @@ class CompiledSubgraph:
 
     def run(self, inputs: list[np.ndarray]) -> list[np.ndarray]:
         dims = self.check_inputs(inputs)
+        served = None
         for _ in range(len(self.input_names) + 1):
             values = None
             key = dims
@@ -293,6 +363,9 @@ class CompiledSubgraph:
                 values = {self.input_names[i]: inputs[i] for i in self.value_inputs}
                 key = dims + tuple((inputs[i].tobytes(),) for i in self.value_inputs)  # type: ignore[operator]
             try:
+                served = None if values else self._serve(key)
+                if served is not None:
+                    break
                 prog = self.program_for(key, values)
                 break
             except ParseNeedsValue as e:
@@ -307,6 +380,8 @@ class CompiledSubgraph:
                     self.value_inputs = sorted(set(self.value_inputs) | set(new))
         else:  # pragma: no cover - each round adds an input, so the loop ends first
             raise RuntimeError(f"{self.name}: value specialisation did not settle")
+        if served is not None:
+            return self._run_padded(served, inputs)
         # The C++ shell copies the results into ORT's output tensors before this thread runs again.
         try:
             outs = prog.run_numpy(dict(zip(self.input_names, inputs, strict=True)), borrow_outputs=True)
@@ -316,3 +391,15 @@ class CompiledSubgraph:
             self._drop_runtime(str(e))
             return self.run(inputs)
         return [np.asarray(o) for o in outs]
+
+    def _run_padded(
+        self, served: tuple[Program, int, BatchRows], inputs: list[np.ndarray]
+    ) -> list[np.ndarray]:
+        """Run a batch on a larger batch's program: inputs padded, outputs cut (ep/batch_serve.py)."""
+        prog, size, proof = served
+        rows = self.rows
+        assert rows is not None
+        b = int(inputs[rows.batch[0]].shape[0])
+        feeds = dict(zip(self.input_names, rows.pad(inputs, size), strict=True))
+        outs = prog.run_numpy(feeds, borrow_outputs=True)
+        return [np.asarray(o) for o in rows.cut(list(outs), proof, b)]

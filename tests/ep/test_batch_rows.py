@@ -1,0 +1,250 @@
+"""Batch rows (ep/batch_rows.py, ep/batch_serve.py): a program compiled for batch C answers every batch
+B < C, padded, when each output row depends on its own input row only -- proven on two parses, refused
+for every way a graph can mix rows -- and the smaller batch's own program compiles in the background."""
+
+from __future__ import annotations
+
+import logging
+import os
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto as T
+from onnx import helper as h
+
+from migraphx_ep.ep.background import wait_for_compiles
+from migraphx_ep.ep.batch_rows import NotRowwise, capacity, prove
+from migraphx_ep.ep.batch_serve import batch_inputs
+from migraphx_ep.ep.provider import create_ep
+from migraphx_ep.frontend import model_to_dict
+from migraphx_ep.frontend.parser import parse_graph
+from migraphx_ep.ir.dtypes import from_onnx
+from migraphx_ep.ir.shape import Shape
+
+MODELS = os.path.join(os.path.dirname(os.path.dirname(__file__)), "models")
+EP = "MIGraphXExecutionProvider"
+
+
+def one_node_graph(nodes: list, out_dims: list | None = None, inits: list | None = None) -> dict:
+    """x: (B, 6) float -> y, through ``nodes``."""
+    g = h.make_graph(
+        nodes,
+        "g",
+        [h.make_tensor_value_info("x", T.FLOAT, ["B", 6])],
+        [h.make_tensor_value_info("y", T.FLOAT, out_dims)],
+        inits or [],
+    )
+    return model_to_dict(h.make_model(g, opset_imports=[h.make_opsetid("", 17)]))
+
+
+def prove_graph(graph: dict):
+    mods = []
+    for b in (3, 5):
+        shapes = {}
+        for n in graph["inputs"]:
+            info = graph["values"][n]
+            dims = [b if i == 0 else (d if isinstance(d, int) else 16) for i, d in enumerate(info["shape"])]
+            shapes[n] = Shape(from_onnx(info["dtype"]), dims)
+        mods.append(parse_graph(graph, shapes, specialize=True).program.get_main_module())
+    return prove(mods[0], mods[1], (3, 5), {graph["inputs"][i] for i in batch_inputs(graph)})
+
+
+def ints(name: str, values: list[int]):
+    return h.make_tensor(name, T.INT64, [len(values)], values)
+
+
+# -- the proof on real exported models ---------------------------------------------------------------
+@pytest.mark.parametrize(
+    ("name", "outputs"),
+    [("bert", (1, 1)), ("gpt2", (1,)), ("vit", (1, 1)), ("resnet_bn", (1,)), ("mobilenet_v2", (1,))],
+)
+def test_exported_models_are_rowwise(name, outputs):
+    # HF's BERT/GPT-2 build their attention mask by gathering a flattened (batch, seq) mask with
+    # indices b*seq + j: the gather rule must see those indices stay within each row.
+    rows = prove_graph(model_to_dict(onnx.load(os.path.join(MODELS, f"{name}.onnx"))))
+    assert rows.outputs == outputs
+
+
+# -- refusals: every way to mix rows -----------------------------------------------------------------
+MIXING = {
+    "sum over the batch": ([h.make_node("ReduceSum", ["x", "ax0"], ["y"], keepdims=1)], [ints("ax0", [0])]),
+    "mean over the batch (batch norm in training)": (
+        [
+            h.make_node("ReduceMean", ["x"], ["m"], axes=[0], keepdims=1),
+            h.make_node("Sub", ["x", "m"], ["y"]),
+        ],
+        [],
+    ),
+    "softmax over the batch": ([h.make_node("Softmax", ["x"], ["y"], axis=0)], []),
+    "concat along the batch": ([h.make_node("Concat", ["x", "x"], ["y"], axis=0)], []),
+    "gram matrix x^T x": (
+        [h.make_node("Transpose", ["x"], ["xt"], perm=[1, 0]), h.make_node("MatMul", ["xt", "x"], ["y"])],
+        [],
+    ),
+    "x x^T": (
+        [h.make_node("Transpose", ["x"], ["xt"], perm=[1, 0]), h.make_node("MatMul", ["x", "xt"], ["y"])],
+        [],
+    ),
+    "first row broadcast": (
+        [h.make_node("Gather", ["x", "zero"], ["r"], axis=0), h.make_node("Add", ["x", "r"], ["y"])],
+        [h.make_tensor("zero", T.INT64, [], [0])],
+    ),
+    "reshape (B, 6) to (6, B)": (
+        [
+            h.make_node("Shape", ["x"], ["s"]),
+            h.make_node("Gather", ["s", "zero"], ["b"], axis=0),
+            h.make_node("Unsqueeze", ["b", "ax0"], ["b1"]),
+            h.make_node("Concat", ["six", "b1"], ["shape"], axis=0),
+            h.make_node("Reshape", ["x", "shape"], ["y"]),
+        ],
+        [h.make_tensor("zero", T.INT64, [], [0]), ints("ax0", [0]), ints("six", [6])],
+    ),
+    "row index added (Range over the batch)": (
+        [
+            h.make_node("Shape", ["x"], ["s"]),
+            h.make_node("Gather", ["s", "zero"], ["b"], axis=0),
+            h.make_node("Range", ["zero", "b", "one"], ["r"]),
+            h.make_node("Cast", ["r"], ["rf"], to=T.FLOAT),
+            h.make_node("Unsqueeze", ["rf", "ax1"], ["r2"]),
+            h.make_node("Add", ["x", "r2"], ["y"]),
+        ],
+        [h.make_tensor("zero", T.INT64, [], [0]), h.make_tensor("one", T.INT64, [], [1]), ints("ax1", [1])],
+    ),
+    "divided by the batch size": (
+        [
+            h.make_node("Shape", ["x"], ["s"]),
+            h.make_node("Gather", ["s", "zero"], ["b"], axis=0),
+            h.make_node("Cast", ["b"], ["bf"], to=T.FLOAT),
+            h.make_node("Div", ["x", "bf"], ["y"]),
+        ],
+        [h.make_tensor("zero", T.INT64, [], [0])],
+    ),
+    "running sum over the batch": (
+        [h.make_node("CumSum", ["x", "zero"], ["y"])],
+        [h.make_tensor("zero", T.INT64, [], [0])],
+    ),
+    "rows reversed": (
+        [h.make_node("Slice", ["x", "m1", "big", "zero1", "m1"], ["y"])],
+        [ints("m1", [-1]), ints("big", [-(2**62)]), ints("zero1", [0])],
+    ),
+    "transposed result (rows on axis 1)": ([h.make_node("Transpose", ["x"], ["y"], perm=[1, 0])], []),
+    "the input's shape as a result": (
+        [h.make_node("Shape", ["x"], ["s"]), h.make_node("Cast", ["s"], ["y"], to=T.FLOAT)],
+        [],
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(MIXING))
+def test_graphs_that_mix_rows_are_refused(case):
+    nodes, inits = MIXING[case]
+    with pytest.raises(NotRowwise):
+        prove_graph(one_node_graph(nodes, None, inits))
+
+
+ROWWISE = {
+    "softmax over features": ([h.make_node("Softmax", ["x"], ["y"], axis=1)], []),
+    "per-row layernorm": (
+        [
+            h.make_node("ReduceMean", ["x"], ["m"], axes=[1], keepdims=1),
+            h.make_node("Sub", ["x", "m"], ["y"]),
+        ],
+        [],
+    ),
+    "gemm with bias": (
+        [h.make_node("Gemm", ["x", "w", "c"], ["y"])],
+        [
+            h.make_tensor("w", T.FLOAT, [6, 4], np.arange(24, dtype=np.float32) / 24),
+            h.make_tensor("c", T.FLOAT, [4], [1, 2, 3, 4]),
+        ],
+    ),
+    "reshape (B, 6) to (B, 2, 3), transposed back": (
+        [
+            h.make_node("Reshape", ["x", "s"], ["r"]),
+            h.make_node("Transpose", ["r"], ["t"], perm=[0, 2, 1]),
+            h.make_node("Flatten", ["t"], ["y"], axis=1),
+        ],
+        [ints("s", [-1, 2, 3])],
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(ROWWISE))
+def test_rowwise_graphs_are_proven_and_padded_runs_are_exact(case, monkeypatch):
+    nodes, inits = ROWWISE[case]
+    graph = one_node_graph(nodes, None, inits)
+    assert prove_graph(graph).outputs == (1,)
+    monkeypatch.setenv("MIGRAPHX_EP_BATCH_ROWS", "1")
+    c = create_ep({"migraphx_target": "ref"}).compile(graph, "fused_0")
+    exact = create_ep({"migraphx_target": "ref"}).compile(graph, "fused_0")
+    rng = np.random.default_rng(0)
+    for b in (3, 2, 1, 4):
+        x = rng.standard_normal((b, 6)).astype(np.float32)
+        got = [o.copy() for o in c.run([x])]
+        want = exact.program_for(((b, 6),)).run_numpy({"x": x})
+        np.testing.assert_allclose(got[0], want[0], rtol=1e-6, atol=1e-6)
+    wait_for_compiles()
+
+
+def test_batch_inputs_share_one_symbol():
+    def graph(a, b):
+        g = h.make_graph(
+            [h.make_node("Add", ["p", "q"], ["y"])],
+            "g",
+            [h.make_tensor_value_info("p", T.FLOAT, [a, 4]), h.make_tensor_value_info("q", T.FLOAT, [b, 4])],
+            [h.make_tensor_value_info("y", T.FLOAT, None)],
+        )
+        return model_to_dict(h.make_model(g, opset_imports=[h.make_opsetid("", 17)]))
+
+    assert batch_inputs(graph("N", "N")) == [0, 1]
+    assert batch_inputs(graph("N", "M")) == []  # two symbols that may differ: no batch
+    assert batch_inputs(graph("N", 1)) == [0]
+
+
+def test_capacity_is_the_next_power_of_two():
+    assert [capacity(b) for b in (1, 2, 3, 5, 8, 9, 33)] == [1, 2, 4, 8, 8, 16, 64]
+
+
+# -- end to end through ORT ------------------------------------------------------------------------------
+def test_a_never_seen_batch_runs_padded_and_compiles_its_own_in_the_background(
+    monkeypatch, recording, caplog
+):
+    monkeypatch.setenv("MIGRAPHX_EP_BATCH_ROWS", "1")
+    model = os.path.join(MODELS, "bert.onnx")
+    sess = ort.InferenceSession(model, providers=[(EP, {"migraphx_target": "ref"}), "CPUExecutionProvider"])
+    cpu = ort.InferenceSession(model, providers=["CPUExecutionProvider"])
+    rng = np.random.default_rng(1)
+
+    def check(b: int) -> None:
+        feeds = {
+            "input_ids": rng.integers(0, 100, (b, 16)).astype(np.int64),
+            "attention_mask": (rng.random((b, 16)) < 0.8).astype(np.int64),
+            "token_type_ids": rng.integers(0, 2, (b, 16)).astype(np.int64),
+        }
+        for got, want in zip(sess.run(None, feeds), cpu.run(None, feeds), strict=True):
+            assert got.shape == want.shape
+            np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+
+    (sub,) = recording.eps[-1].compiled
+    with caplog.at_level(logging.INFO, logger="migraphx_ep"):
+        check(3)  # compiles batch 4 (the capacity), serves 3 from it; 3's own program queued
+        wait_for_compiles()
+        assert sorted(k[0][0] for k in sub.programs) == [3, 4]
+        before = sub.compiles
+        for b in (2, 1):  # never seen: served by a larger batch's program at once
+            check(b)
+        assert "one program serves every smaller batch size" in caplog.text
+    wait_for_compiles()
+    assert sub.compiles == before + 2 and sorted(k[0][0] for k in sub.programs) == [1, 2, 3, 4]
+    check(2)  # its own program now
+    assert sub.compiles == before + 2
+
+
+def test_off_by_default_on_the_ref_target(recording):
+    model = os.path.join(MODELS, "resnet.onnx")
+    sess = ort.InferenceSession(model, providers=[(EP, {"migraphx_target": "ref"}), "CPUExecutionProvider"])
+    sess.run(None, {"pixel_values": np.zeros((3, 3, 32, 32), np.float32)})
+    (sub,) = recording.eps[-1].compiled
+    assert sub.rows is None and [k[0] for k in sub.programs] == [(3, 3, 32, 32)]
