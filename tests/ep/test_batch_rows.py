@@ -248,3 +248,19 @@ def test_off_by_default_on_the_ref_target(recording):
     sess.run(None, {"pixel_values": np.zeros((3, 3, 32, 32), np.float32)})
     (sub,) = recording.eps[-1].compiled
     assert sub.rows is None and [k[0] for k in sub.programs] == [(3, 3, 32, 32)]
+
+
+def test_background_jobs_run_in_order_and_restore_the_switch_interval():
+    import sys
+
+    from migraphx_ep.ep.background import Background
+
+    bg, seen = Background(), []
+    before = sys.getswitchinterval()
+    for i in range(3):
+        assert bg.submit(lambda i=i: seen.append((i, sys.getswitchinterval())))
+    assert bg.wait(30)
+    assert [i for i, _ in seen] == [0, 1, 2] and all(s <= 0.0005 for _, s in seen)
+    assert sys.getswitchinterval() == before and bg.done == 3
+    bg.stop()
+    assert not bg.submit(lambda: None)  # stopped: nothing more is queued

@@ -24,7 +24,8 @@ GPU = {"migraphx_target": "gpu", "migraphx_tf32_enable": "0"}
 def _close(got: list[np.ndarray], want: list[np.ndarray]) -> None:
     for g, w in zip(got, want, strict=True):
         assert g.shape == w.shape and g.dtype == w.dtype
-        np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-4 * float(np.abs(w).max()))
+        tol = 2e-2 if w.dtype == np.float16 else 1e-4  # fp16 GEMMs/convs against ORT CPU's fp16
+        np.testing.assert_allclose(g, w, rtol=tol, atol=tol * float(np.abs(w).max()))
 
 
 @pytest.fixture

@@ -255,7 +255,8 @@ class CompiledSubgraph:
     # -- batch sizes served by a larger batch's program (ep/batch_serve.py) ------------------------
     def _serve(self, key: ShapeKey) -> tuple[Program, int, BatchRows] | None:
         """A program of a larger batch for input dims ``key`` with none of its own, that batch and
-        the proof; its own program is queued for the background. None: compile ``key`` as usual."""
+        the proof (``_run_padded`` queues its own program for the background). None: compile ``key``
+        as usual."""
         rows = self.rows
         if rows is None or self._runtime_pending:
             return None
@@ -274,7 +275,6 @@ class CompiledSubgraph:
                 rows.capacities.add(donor)
                 self._insert(donor, self._build(donor, None, donor, {}))
             self.programs.move_to_end(donor)
-            rows.later(key, lambda k: BACKGROUND.submit(lambda: self._compile_later(k)))
             return self.programs[donor], rows.batch_of(donor), proof  # type: ignore[return-value]
 
     def _compile_later(self, key: ShapeKey) -> None:
@@ -328,8 +328,10 @@ class CompiledSubgraph:
         key = self._key(tuple(tuple(int(n) for n in a.shape) for a in inputs))
         with self._lock:
             prog = self.programs.get(key)
-            if prog is None and self.rows is not None and key in self.rows.pending:
-                return False  # type: ignore[return-value] - served padded while its own compiles: ask later
+            if prog is None and self.rows is not None and key not in self.rows.failed:
+                # Served by a larger batch's program while its own compiles (again, if it was
+                # evicted): ask after the next Run, rather than never.
+                return False  # type: ignore[return-value]
         plan = getattr(getattr(prog, "_exe", None), "native_plan", None)
         if plan is None:
             return None
@@ -381,7 +383,7 @@ class CompiledSubgraph:
         else:  # pragma: no cover - each round adds an input, so the loop ends first
             raise RuntimeError(f"{self.name}: value specialisation did not settle")
         if served is not None:
-            return self._run_padded(served, inputs)
+            return self._run_padded(served, inputs, key)
         # The C++ shell copies the results into ORT's output tensors before this thread runs again.
         try:
             outs = prog.run_numpy(dict(zip(self.input_names, inputs, strict=True)), borrow_outputs=True)
@@ -393,13 +395,17 @@ class CompiledSubgraph:
         return [np.asarray(o) for o in outs]
 
     def _run_padded(
-        self, served: tuple[Program, int, BatchRows], inputs: list[np.ndarray]
+        self, served: tuple[Program, int, BatchRows], inputs: list[np.ndarray], key: ShapeKey
     ) -> list[np.ndarray]:
-        """Run a batch on a larger batch's program: inputs padded, outputs cut (ep/batch_serve.py)."""
+        """Run a batch on a larger batch's program: inputs padded, outputs cut (ep/batch_serve.py);
+        then queue its own program (after the Run, which would otherwise share the GIL with it)."""
         prog, size, proof = served
         rows = self.rows
         assert rows is not None
         b = int(inputs[rows.batch[0]].shape[0])
         feeds = dict(zip(self.input_names, rows.pad(inputs, size), strict=True))
-        outs = prog.run_numpy(feeds, borrow_outputs=True)
-        return [np.asarray(o) for o in rows.cut(list(outs), proof, b)]
+        outs = [np.asarray(o) for o in rows.cut(list(prog.run_numpy(feeds, borrow_outputs=True)), proof, b)]
+        with self._lock:
+            if key not in self.programs:
+                rows.later(key, lambda k: BACKGROUND.submit(lambda: self._compile_later(k)))
+        return outs
