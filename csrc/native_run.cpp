@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <iterator>
 
 #include "device_memory.h"
 
@@ -53,7 +54,10 @@ std::vector<size_t> input_offsets(const DimsKey& key, size_t n_inputs) {
 std::shared_ptr<const NativePlan> NativePlans::find(const DimsKey& key) const {
   std::lock_guard<std::mutex> g(mutex_);
   auto it = plans_.find(key);
-  if (it != plans_.end()) return it->second;
+  if (it != plans_.end()) {
+    it->second->last_used.store(clock_.fetch_add(1, std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+    return it->second;
+  }
   for (const auto& p : padded_) {
     if (fits(*p, key)) return p;
   }
@@ -98,9 +102,15 @@ void NativePlans::add(const DimsKey& key, py::handle obj) {
     return;
   }
   py::dict d = py::reinterpret_borrow<py::dict>(obj);
+  const size_t capacity = std::max<size_t>(1, d["capacity"].cast<size_t>());
+  std::vector<std::shared_ptr<NativePlan>> freed;  // destroyed at return, under the GIL, unlocked
   {
     std::lock_guard<std::mutex> g(mutex_);
-    if (plans_.count(key) != 0 || plans_.size() >= d["capacity"].cast<size_t>()) return;
+    if (plans_.count(key) != 0) return;
+    // Retired plans no Run holds any more (only retired_ does, and find() cannot hand them out).
+    auto idle = std::partition(retired_.begin(), retired_.end(), [](const auto& p) { return p.use_count() > 1; });
+    std::move(idle, retired_.end(), std::back_inserter(freed));
+    retired_.erase(idle, retired_.end());
   }
   auto plan = std::make_shared<NativePlan>();
   plan->context = handle_of<void>(d["context"]);
@@ -142,6 +152,17 @@ void NativePlans::add(const DimsKey& key, py::handle obj) {
   plan->owner = d["owner"];
   std::lock_guard<std::mutex> g(mutex_);
   if (!plan->padded) {
+    if (plans_.count(key) != 0) return;  // another Run made the same plan meanwhile
+    if (plans_.size() >= capacity) {
+      const auto older = [](const auto& a, const auto& b) {
+        return a.second->last_used.load(std::memory_order_relaxed) <
+               b.second->last_used.load(std::memory_order_relaxed);
+      };
+      auto lru = std::min_element(plans_.begin(), plans_.end(), older);
+      retired_.push_back(std::move(lru->second));
+      plans_.erase(lru);
+    }
+    plan->last_used.store(clock_.fetch_add(1, std::memory_order_relaxed) + 1, std::memory_order_relaxed);
     plans_.emplace(key, std::move(plan));
     return;
   }
@@ -153,11 +174,12 @@ void NativePlans::add(const DimsKey& key, py::handle obj) {
 
 void NativePlans::clear() noexcept {
   std::unordered_map<DimsKey, std::shared_ptr<NativePlan>, DimsKeyHash> gone;
-  std::vector<std::shared_ptr<NativePlan>> gone_padded;
+  std::vector<std::shared_ptr<NativePlan>> gone_padded, gone_retired;
   {
     std::lock_guard<std::mutex> g(mutex_);
     gone.swap(plans_);
     gone_padded.swap(padded_);
+    gone_retired.swap(retired_);
   }
   // Destroyed here, under the caller's GIL: each owner's last reference may free an executable.
 }
@@ -174,8 +196,10 @@ void NativePlans::abandon() noexcept {
   };
   for (auto& kv : plans_) forget(*kv.second);
   for (auto& p : padded_) forget(*p);
+  for (auto& p : retired_) forget(*p);
   plans_.clear();
   padded_.clear();
+  retired_.clear();
 }
 
 bool read_dims_key(OrtKernelContext* ctx, size_t n_inputs, DimsKey& key) {

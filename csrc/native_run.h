@@ -85,6 +85,7 @@ struct NativePlan {
   bool padded = false;
   std::vector<int64_t> pattern;
   std::vector<char> free;
+  mutable std::atomic<uint64_t> last_used{0};   // NativePlans' clock at its latest find (LRU)
   mutable std::atomic<size_t> max_contexts{1};  // lowered to the current count when growing fails
   mutable std::atomic<bool> growing{false};       // one new context at a time
   // The contexts made so far; a Run that finds them all busy asks `grow` (under the GIL) for another.
@@ -102,9 +103,10 @@ struct DimsKeyHash {
   size_t operator()(const DimsKey& k) const noexcept;
 };
 
-// The plans of one fused node, by input dims (a padded plan: by a pattern of them). Plans are never evicted (the executables they hold stay
-// alive with the session); at most `capacity` are kept (the EP's max_compiled_models), beyond which a new
-// shape keeps running through Python.
+// The plans of one fused node, by input dims (a padded plan: by a pattern of them). At most `capacity`
+// are kept (the EP's max_compiled_models); a new one then replaces the least recently used, which is
+// retired -- its executable freed under the GIL once no Run holds it -- so a server that sees more
+// shapes than that keeps its hot ones native.
 class NativePlans {
  public:
   std::shared_ptr<const NativePlan> find(const DimsKey& key) const;
@@ -121,6 +123,9 @@ class NativePlans {
  private:
   mutable std::mutex mutex_;
   std::unordered_map<DimsKey, std::shared_ptr<NativePlan>, DimsKeyHash> plans_;
+  // Evicted plans a Run may still hold (find() handed it a reference): freed by a later add().
+  std::vector<std::shared_ptr<NativePlan>> retired_;
+  mutable std::atomic<uint64_t> clock_{0};
   // Dims Python refused a plan for (the ref target, value-specialised inputs, no CUDA graph): asking
   // again after every Run would cost a Python call each. Bounded: past the cap it is started afresh.
   std::unordered_set<DimsKey, DimsKeyHash> refused_;

@@ -186,3 +186,23 @@ def test_a_refused_plan_is_not_asked_for_again(monkeypatch):
     for _ in range(3):
         _close(sess.run(None, g), _cpu(blob, g))
     assert asked["n"] == 2
+
+
+def test_more_shapes_than_plans_keep_the_hot_ones_native(python_runs):
+    # max_compiled_models=2: a third shape's plan replaces the least recently used one (whose
+    # executable is freed once no Run holds it), so every shape in use runs natively again after one
+    # Python Run -- before, past two plans every new shape ran through Python for good.
+    blob, model = _bert()
+    sess = ort.InferenceSession(
+        blob, providers=[(EP, {**GPU, "migraphx_max_compiled_models": "2"}), "CPUExecutionProvider"]
+    )
+    shapes = [feeds_for(model, batch=b, seq=9, seed=b) for b in (1, 2, 3)]
+    want = [_cpu(blob, f) for f in shapes]
+    for i in (0, 1, 2, 1, 2, 0):  # each first Run of a shape (or of an evicted one) goes through Python
+        n = python_runs["n"]
+        _close(sess.run(None, shapes[i]), want[i])
+        went_python = python_runs["n"] - n
+        _close(sess.run(None, shapes[i]), want[i])
+        _close(sess.run(None, shapes[i]), want[i])
+        assert python_runs["n"] - n == went_python <= 1  # the repeats are native
+    assert python_runs["n"] == 4  # shapes 1, 2, 3 once each, and 1 again after its plan was evicted
