@@ -17,12 +17,14 @@ from __future__ import annotations
 
 import logging
 import os
+import threading
 from collections.abc import Callable, Mapping
 
 import numpy as np
 
 from ..frontend.parser import parse_graph
 from ..ir.dtypes import DType
+from ..ir.module import Module
 from ..ir.shape import Shape
 from ..ir.weights import WeightCache
 from .batch_rows import BatchRows, NotRowwise, prove
@@ -52,8 +54,17 @@ def batch_inputs(graph: dict) -> list[int]:
 
 
 class BatchServing:
-    def __init__(self, graph: dict, input_types: list[DType], batch: list[int], weights: WeightCache) -> None:
+    def __init__(
+        self,
+        graph: dict,
+        input_types: list[DType],
+        batch: list[int],
+        weights: WeightCache,
+        build_lock: threading.Lock,
+    ) -> None:
         self.graph = graph
+        # The subgraph's compiles hold it: a parse shares ``weights`` (and its per-compile state) with them.
+        self.build_lock = build_lock
         self.names: list[str] = list(graph["inputs"])
         self.types = input_types
         self.batch = batch
@@ -85,13 +96,9 @@ class BatchServing:
 
     def _prove(self, key: ShapeKey) -> BatchRows | None:
         sizes = (3, 5)  # odd, so no other dim is a multiple of both by chance
-        mods = []
         try:
-            for b in sizes:
-                dims = self.with_batch(key, b)
-                shapes = {n: Shape(t, d) for n, t, d in zip(self.names, self.types, dims, strict=True)}
-                parsed = parse_graph(self.graph, shapes, specialize=True, weights=self.weights)
-                mods.append(parsed.program.get_main_module())
+            with self.build_lock:
+                mods = [self._parse(key, b) for b in sizes]
             rows = prove(mods[0], mods[1], sizes, {self.names[i] for i in self.batch})
         except NotRowwise as e:
             log.info("batch sizes of %s stay in the compile key: %s", self._label(), e)
@@ -101,6 +108,12 @@ class BatchServing:
             return None
         log.info("%s: one program serves every smaller batch size (padded rows)", self._label())
         return rows
+
+    def _parse(self, key: ShapeKey, b: int) -> Module:
+        dims = self.with_batch(key, b)
+        shapes = {n: Shape(t, d) for n, t, d in zip(self.names, self.types, dims, strict=True)}
+        parsed = parse_graph(self.graph, shapes, specialize=True, weights=self.weights)
+        return parsed.program.get_main_module()
 
     def _label(self) -> str:
         return ", ".join(self.names[i] for i in self.batch)

@@ -109,7 +109,7 @@ class CompiledSubgraph:
             self._runtime_pending = bool(self.runtime)
         batch = batch_inputs(self.graph) if batch_rows_enabled(target) else []
         if batch and not self.value_inputs and not self.runtime:
-            self.rows = BatchServing(self.graph, self.input_types, batch, self.weights)
+            self.rows = BatchServing(self.graph, self.input_types, batch, self.weights, self._build_lock)
         if self.value_inputs:
             pass  # nothing can compile before the values are seen at the first Run
         elif all(d is not None and all(isinstance(x, int) and x >= 0 for x in d) for d in self.input_dims):
