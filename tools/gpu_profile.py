@@ -38,7 +38,7 @@ def main() -> None:
     feeds = {}
     for name, sh in prog.get_parameter_shapes().items():
         if sh.type in (DType.int64_type, DType.int32_type):
-            feeds[name] = rng.integers(0, 100, sh.lens).astype(sh.dtype)
+            feeds[name] = rng.integers(0, 2, sh.lens).astype(sh.dtype)  # valid ids, masks, segments
         else:
             feeds[name] = rng.standard_normal(sh.lens).astype(sh.dtype)
     for _ in range(10):
