@@ -264,3 +264,11 @@ def test_background_jobs_run_in_order_and_restore_the_switch_interval():
     assert sys.getswitchinterval() == before and bg.done == 3
     bg.stop()
     assert not bg.submit(lambda: None)  # stopped: nothing more is queued
+
+
+def test_off_with_room_for_one_program(monkeypatch):
+    # A capacity and a size's own program cannot both stay: the size would compile, evict, recompile.
+    monkeypatch.setenv("MIGRAPHX_EP_BATCH_ROWS", "1")
+    graph = one_node_graph(*ROWWISE["softmax over features"][:1], None, [])
+    c = create_ep({"migraphx_target": "ref", "migraphx_max_compiled_models": "1"}).compile(graph, "fused_0")
+    assert c.rows is None

@@ -108,7 +108,8 @@ class CompiledSubgraph:
             self.runtime = candidates(self.graph)
             self._runtime_pending = bool(self.runtime)
         batch = batch_inputs(self.graph) if batch_rows_enabled(target) else []
-        if batch and not self.value_inputs and not self.runtime:
+        # Two programs at least: a capacity and a size of its own (with one, each would evict the other).
+        if batch and not self.value_inputs and not self.runtime and options.max_compiled_models >= 2:
             self.rows = BatchServing(self.graph, self.input_types, batch, self.weights, self._build_lock)
         if self.value_inputs:
             pass  # nothing can compile before the values are seen at the first Run
