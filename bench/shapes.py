@@ -160,6 +160,16 @@ def run_system(system: str, path: str, model, seq, fp16: bool, seed: int, torch_
     return rec
 
 
+def _restore(saved: dict[str, str | None]) -> None:
+    import os
+
+    for k, v in saved.items():
+        if v is None:
+            os.environ.pop(k, None)
+        else:
+            os.environ[k] = v
+
+
 def _wait_background() -> None:
     from migraphx_ep.ep.background import wait_for_compiles
 
@@ -169,23 +179,25 @@ def _wait_background() -> None:
 def steady(path: str, model, sess, shapes: list[dict[str, int]], fp16: bool, runs: int = 20) -> list[dict]:
     """Per shape: median Run in the dynamic session vs in a session whose first compile was that shape,
     with every size baked into its kernels (MIGRAPHX_EP_RUNTIME_SIZES=0): the fully specialised program;
-    ``fresh_ms``: a new session with the dynamic session's settings whose first compile was that shape."""
+    ``fresh_ms``: a new session with the dynamic session's settings whose first compile was that shape.
+    Batch rows are off in both (MIGRAPHX_EP_BATCH_ROWS=0): each runs a program of this very shape."""
     import os
 
     out = []
     for dims in shapes:
         feeds = _feeds(model, dims, np.random.default_rng(0))
-        saved = os.environ.get("MIGRAPHX_EP_RUNTIME_SIZES")
-        os.environ["MIGRAPHX_EP_RUNTIME_SIZES"] = "0"
+        saved = {k: os.environ.get(k) for k in ("MIGRAPHX_EP_RUNTIME_SIZES", "MIGRAPHX_EP_BATCH_ROWS")}
+        # Both comparison sessions compile this very shape: no batch served by a larger program.
+        os.environ["MIGRAPHX_EP_BATCH_ROWS"] = "0"
         try:
+            os.environ["MIGRAPHX_EP_RUNTIME_SIZES"] = "0"
             fixed = _session("migraphx_ep", path, fp16)
             fixed.run(None, feeds)  # compiles here, with every size baked in
+            _restore({"MIGRAPHX_EP_RUNTIME_SIZES": saved["MIGRAPHX_EP_RUNTIME_SIZES"]})
+            fresh = _session("migraphx_ep", path, fp16)  # `sess`'s kernels, this shape compiled first
+            fresh.run(None, feeds)
         finally:
-            if saved is None:
-                del os.environ["MIGRAPHX_EP_RUNTIME_SIZES"]
-            else:
-                os.environ["MIGRAPHX_EP_RUNTIME_SIZES"] = saved
-        fresh = _session("migraphx_ep", path, fp16)  # the same kernels as `sess`, this shape compiled first
+            _restore(saved)
         times = {}
         for name, s in (("dynamic_ms", sess), ("specialised_ms", fixed), ("fresh_ms", fresh)):
             s.run(None, feeds)

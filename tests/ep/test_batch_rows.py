@@ -14,6 +14,7 @@ import pytest
 from onnx import TensorProto as T
 from onnx import helper as h
 
+from migraphx_ep.ep import compiled
 from migraphx_ep.ep.background import wait_for_compiles
 from migraphx_ep.ep.batch_rows import NotRowwise, capacity, prove
 from migraphx_ep.ep.batch_serve import batch_inputs
@@ -212,6 +213,7 @@ def test_a_never_seen_batch_runs_padded_and_compiles_its_own_in_the_background(
     monkeypatch, recording, caplog
 ):
     monkeypatch.setenv("MIGRAPHX_EP_BATCH_ROWS", "1")
+    monkeypatch.setattr(compiled, "QUIET_S", 0.0)  # background compiles right after a foreground one
     model = os.path.join(MODELS, "bert.onnx")
     sess = ort.InferenceSession(model, providers=[(EP, {"migraphx_target": "ref"}), "CPUExecutionProvider"])
     cpu = ort.InferenceSession(model, providers=["CPUExecutionProvider"])
@@ -272,3 +274,47 @@ def test_off_with_room_for_one_program(monkeypatch):
     graph = one_node_graph(*ROWWISE["softmax over features"][:1], None, [])
     c = create_ep({"migraphx_target": "ref", "migraphx_max_compiled_models": "1"}).compile(graph, "fused_0")
     assert c.rows is None
+
+
+def test_no_background_compile_while_new_shapes_compile(monkeypatch):
+    # Within QUIET_S of a compile on the critical path, a padded size does not queue its own compile
+    # (it would hold the build lock the next new shape waits for); once quiet, it does.
+    monkeypatch.setenv("MIGRAPHX_EP_BATCH_ROWS", "1")
+    monkeypatch.setattr(compiled, "QUIET_S", 3600.0)
+    nodes, inits = ROWWISE["gemm with bias"]
+    graph = one_node_graph(nodes, None, inits)
+    c = create_ep({"migraphx_target": "ref"}).compile(graph, "fused_0")
+    x = np.ones((3, 6), np.float32)
+    c.run([x])  # compiles batch 4, serves 3
+    wait_for_compiles()
+    assert [k[0][0] for k in c.programs] == [4] and not c.rows.pending
+    monkeypatch.setattr(compiled, "QUIET_S", 0.0)
+    c.run([x])
+    wait_for_compiles()
+    assert sorted(k[0][0] for k in c.programs) == [3, 4]
+
+
+def test_new_other_dims_compile_as_usual_and_are_proven_in_the_background(monkeypatch):
+    # A new sequence length is not a batch size: it compiles like any new shape, and its proof runs in
+    # the background, so that its later batch sizes are served padded.
+    monkeypatch.setenv("MIGRAPHX_EP_BATCH_ROWS", "1")
+    monkeypatch.setattr(compiled, "QUIET_S", 0.0)
+    g = h.make_graph(
+        [h.make_node("Softmax", ["x"], ["y"], axis=1)],
+        "g",
+        [h.make_tensor_value_info("x", T.FLOAT, ["B", "S"])],
+        [h.make_tensor_value_info("y", T.FLOAT, None)],
+    )
+    c = create_ep({"migraphx_target": "ref"}).compile(
+        model_to_dict(h.make_model(g, opset_imports=[h.make_opsetid("", 17)])), "fused_0"
+    )
+    c.run([np.ones((3, 5), np.float32)])  # the first dims: proven, compiled at batch 4
+    c.run([np.ones((3, 7), np.float32)])  # new S: compiled as it is
+    assert ((3, 7),) in c.programs and ((4, 7),) not in c.programs
+    wait_for_compiles()
+    assert c.rows.known(((2, 7),))
+    compiles = c.compiles
+    got = c.run([np.arange(14, dtype=np.float32).reshape(2, 7)])[0]  # served by batch 3's program
+    assert c.compiles == compiles
+    np.testing.assert_allclose(got.sum(1), [1, 1], rtol=1e-6)
+    wait_for_compiles()

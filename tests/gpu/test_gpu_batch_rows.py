@@ -31,9 +31,10 @@ def _close(got: list[np.ndarray], want: list[np.ndarray]) -> None:
 @pytest.fixture
 def counted(monkeypatch, recording):
     """Python Compute calls, and the EP's subgraphs (``recording``), with batch rows on."""
-    from migraphx_ep.ep import bridge
+    from migraphx_ep.ep import bridge, compiled
 
     monkeypatch.setenv("MIGRAPHX_EP_BATCH_ROWS", "1")
+    monkeypatch.setattr(compiled, "QUIET_S", 0.0)  # background compiles right after a foreground one
     calls = {"n": 0}
     real = bridge.run
 

@@ -73,6 +73,8 @@ class BatchServing:
         self.pending: set[ShapeKey] = set()  # sizes compiling in the background
         self.failed: set[ShapeKey] = set()  # sizes whose own compile failed: served padded from now on
         self.capacities: set[ShapeKey] = set()  # programs compiled to serve smaller sizes
+        self.refused = False  # a proof failed: no batch is served padded in this subgraph
+        self.last_compile = 0.0  # time.monotonic() of the latest compile on the critical path
 
     # -- keys ---------------------------------------------------------------------------------------
     def batch_of(self, key: ShapeKey) -> int | None:
@@ -88,11 +90,22 @@ class BatchServing:
 
     # -- the proof ----------------------------------------------------------------------------------
     def proof(self, key: ShapeKey) -> BatchRows | None:
-        """Whether these dims (all but the batch) may be served padded; proven once per such dims."""
+        """Whether these dims (all but the batch) may be served padded; proven once per such dims.
+        After the first refusal nothing more is proven: the reason is the graph's, not the dims'."""
         rest = self.rest(key)
         if rest not in self._proofs:
-            self._proofs[rest] = self._prove(key)
+            self._proofs[rest] = None if self.refused else self._prove(key)
+            self.refused = self._proofs[rest] is None
         return self._proofs[rest]
+
+    def known(self, key: ShapeKey) -> bool:
+        """Whether ``proof(key)`` is settled (no parse to wait for)."""
+        return self.refused or self.rest(key) in self._proofs
+
+    @property
+    def first(self) -> bool:
+        """No dims proven yet: the subgraph's first compile, which proves on the critical path."""
+        return not self._proofs
 
     def _prove(self, key: ShapeKey) -> BatchRows | None:
         sizes = (3, 5)  # odd, so no other dim is a multiple of both by chance

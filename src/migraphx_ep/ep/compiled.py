@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
+import time
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
 
@@ -35,6 +36,9 @@ from .subgraphs import EP_NAME
 log = logging.getLogger("migraphx_ep")
 
 ShapeKey = tuple[tuple[int, ...], ...]
+# Seconds without a compile on the critical path before a batch size served padded gets its own
+# program in the background (ep/batch_serve.py).
+QUIET_S = 1.0
 # compile_program(prog, options, tensors): tensors maps ONNX value names to the parsed program's
 # instructions (calibration tables name tensors so).
 CompileProgram = Callable[[Program, EpOptions, Mapping[str, Instruction]], None]
@@ -235,6 +239,8 @@ class CompiledSubgraph:
                 )
             prog = self._build(key, values, self._compile_dims(exact), self.runtime)
             self._insert(key, prog)
+            if self.rows is not None:
+                self.rows.last_compile = time.monotonic()
             return prog
 
     def _insert(self, key: ShapeKey, prog: Program) -> None:
@@ -262,10 +268,19 @@ class CompiledSubgraph:
         if rows is None or self._runtime_pending:
             return None
         with self._lock:
-            if key in self.programs:
+            b = rows.batch_of(key)
+            if key in self.programs or b is None or rows.refused:
                 return None
-            b, proof = rows.batch_of(key), rows.proof(key)
-            if b is None or proof is None:
+            if not rows.first and not rows.known(key):
+                # New other dims (a new sequence length, say): compiled as usual, and proven in the
+                # background once no compile has been on the critical path for QUIET_S (the proof's
+                # parses hold the build lock), so a workload whose new shapes are not batch sizes
+                # pays nothing more.
+                if time.monotonic() - rows.last_compile > QUIET_S:
+                    BACKGROUND.submit(lambda: rows.proof(key))
+                return None
+            proof = rows.proof(key)
+            if proof is None:
                 return None
             donor = rows.donor(key, self.programs)
             if donor is None:
@@ -275,6 +290,7 @@ class CompiledSubgraph:
                 donor = rows.with_batch(key, size)
                 rows.capacities.add(donor)
                 self._insert(donor, self._build(donor, None, donor, {}))
+                rows.last_compile = time.monotonic()
             self.programs.move_to_end(donor)
             return self.programs[donor], rows.batch_of(donor), proof  # type: ignore[return-value]
 
@@ -407,6 +423,9 @@ class CompiledSubgraph:
         feeds = dict(zip(self.input_names, rows.pad(inputs, size), strict=True))
         outs = [np.asarray(o) for o in rows.cut(list(prog.run_numpy(feeds, borrow_outputs=True)), proof, b)]
         with self._lock:
-            if key not in self.programs:
+            # Not while new shapes still compile on the critical path: a background compile would
+            # hold the build lock they wait for. A later padded Run of this size asks again.
+            quiet = time.monotonic() - rows.last_compile > QUIET_S
+            if key not in self.programs and quiet:
                 rows.later(key, lambda k: BACKGROUND.submit(lambda: self._compile_later(k)))
         return outs
