@@ -12,6 +12,12 @@ NVRTC compiles and program compiles after the first call (ours), and the total t
 ``bench/torch_models.py`` named by ``--torch-model`` (its inputs arrive from the host and its outputs go
 back there, as ORT's numpy I/O does). ``--steady`` then compares, for a few of the shapes, a Run in this
 session with a Run in a session whose first (fully specialised, timed-search) compile was that shape.
+
+Ours also reports the compiles that ran on the background thread (``background_compiles``: batch sizes
+served by a larger batch's program meanwhile, ep/batch_serve.py), how long they went on after the last
+call (``background_drain_s``), and NVRTC compiles after the first call inside the calls
+(``nvrtc_compiles_after_first``, which also counts a background compile's that overlaps a call) and in
+all (``nvrtc_compiles_after_first_all``).
 """
 
 from __future__ import annotations
