@@ -66,15 +66,9 @@ def gpu_tf32():
     return GpuTarget(device_id=0, allow_tf32=True)
 
 
-@pytest.fixture
-def python_runs(monkeypatch):
-    """Counts the Compute calls that reach Python (the shell looks ``bridge.run`` up on every call):
-    after a shape's first Run the native Run path should leave the count alone. Batch rows are off:
-    a batch size served by a larger batch's program runs through Python until its own program is
-    compiled (test_gpu_batch_rows.py counts that)."""
+def count_python_runs(monkeypatch) -> dict[str, int]:
+    """Counts the Compute calls that reach Python (the shell looks ``bridge.run`` up on every call)."""
     from migraphx_ep.ep import bridge
-
-    monkeypatch.setenv("MIGRAPHX_EP_BATCH_ROWS", "0")
 
     calls = {"n": 0}
     real = bridge.run
@@ -85,6 +79,15 @@ def python_runs(monkeypatch):
 
     monkeypatch.setattr(bridge, "run", counted)
     return calls
+
+
+@pytest.fixture
+def python_runs(monkeypatch):
+    """``count_python_runs``: after a shape's first Run the native Run path should leave the count
+    alone. Batch rows are off: a batch size served by a larger batch's program runs through Python
+    until its own program is compiled (test_gpu_batch_rows.py counts that)."""
+    monkeypatch.setenv("MIGRAPHX_EP_BATCH_ROWS", "0")
+    return count_python_runs(monkeypatch)
 
 
 @pytest.fixture(autouse=True)

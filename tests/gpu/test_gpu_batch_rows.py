@@ -15,6 +15,8 @@ import migraphx_ep  # noqa: F401 - registers and routes the EP
 from migraphx_ep.ep.background import wait_for_compiles
 from test_models_ep import MODELS, feeds_for
 
+from .conftest import count_python_runs
+
 pytestmark = pytest.mark.gpu
 
 EP = "MIGraphXExecutionProvider"
@@ -31,19 +33,11 @@ def _close(got: list[np.ndarray], want: list[np.ndarray]) -> None:
 @pytest.fixture
 def counted(monkeypatch, recording):
     """Python Compute calls, and the EP's subgraphs (``recording``), with batch rows on."""
-    from migraphx_ep.ep import bridge, compiled
+    from migraphx_ep.ep import compiled
 
     monkeypatch.setenv("MIGRAPHX_EP_BATCH_ROWS", "1")
     monkeypatch.setattr(compiled, "QUIET_S", 0.0)  # background compiles right after a foreground one
-    calls = {"n": 0}
-    real = bridge.run
-
-    def run(compiled, inputs):
-        calls["n"] += 1
-        return real(compiled, inputs)
-
-    monkeypatch.setattr(bridge, "run", run)
-    return calls
+    return count_python_runs(monkeypatch)
 
 
 @pytest.mark.parametrize("name", ["bert", "resnet_fp16"])
