@@ -54,12 +54,13 @@ std::vector<size_t> input_offsets(const DimsKey& key, size_t n_inputs) {
 std::shared_ptr<const NativePlan> NativePlans::find(const DimsKey& key) const {
   std::lock_guard<std::mutex> g(mutex_);
   auto it = plans_.find(key);
+  if (it != plans_.end() && it->second->revoked()) return nullptr;  // replaced: add() retires it
   if (it != plans_.end()) {
     it->second->last_used.store(clock_.fetch_add(1, std::memory_order_relaxed) + 1, std::memory_order_relaxed);
     return it->second;
   }
   for (const auto& p : padded_) {
-    if (fits(*p, key)) return p;
+    if (fits(*p, key) && !p->revoked()) return p;
   }
   return nullptr;
 }
@@ -106,6 +107,17 @@ void NativePlans::add(const DimsKey& key, py::handle obj) {
   std::vector<std::shared_ptr<NativePlan>> freed;  // destroyed at return, under the GIL, unlocked
   {
     std::lock_guard<std::mutex> g(mutex_);
+    for (auto it = plans_.begin(); it != plans_.end();) {  // plans whose program was replaced
+      if (!it->second->revoked()) {
+        ++it;
+        continue;
+      }
+      retired_.push_back(std::move(it->second));
+      it = plans_.erase(it);
+    }
+    auto stale = std::partition(padded_.begin(), padded_.end(), [](const auto& p) { return !p->revoked(); });
+    std::move(stale, padded_.end(), std::back_inserter(retired_));
+    padded_.erase(stale, padded_.end());
     if (plans_.count(key) != 0) return;
     // Retired plans no Run holds any more (only retired_ does, and find() cannot hand them out).
     auto idle = std::partition(retired_.begin(), retired_.end(), [](const auto& p) { return p.use_count() > 1; });
@@ -150,6 +162,7 @@ void NativePlans::add(const DimsKey& key, py::handle obj) {
   plan->max_contexts = std::max<size_t>(1, d["max_contexts"].cast<size_t>());
   plan->grow = d["grow"];
   plan->owner = d["owner"];
+  if (d.contains("token")) plan->token = d["token"].cast<std::shared_ptr<PlanToken>>();
   std::lock_guard<std::mutex> g(mutex_);
   if (!plan->padded) {
     if (plans_.count(key) != 0) return;  // another Run made the same plan meanwhile
@@ -579,6 +592,11 @@ void register_native(py::module_& m) {
              l.mutex.lock();
            })
       .def("__exit__", [](RunLock& l, const py::args&) { l.mutex.unlock(); });
+  py::class_<PlanToken, std::shared_ptr<PlanToken>>(
+      m, "PlanToken", "Revoked when a program is replaced: the shell's plans of it are then dropped")
+      .def(py::init<>())
+      .def("revoke", [](PlanToken& t) { t.valid.store(false, std::memory_order_release); })
+      .def_property_readonly("valid", [](const PlanToken& t) { return t.valid.load(std::memory_order_acquire); });
   m.def(
       "io_graph_launches", [] { return io_graph_launches.load(); },
       "Native Runs whose copies and program went out as one graph launch (MIGRAPHX_EP_IO_GRAPH=0: none)");

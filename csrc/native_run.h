@@ -31,6 +31,13 @@ struct RunLock {
   std::mutex mutex;
 };
 
+// Whether plans of a program may still be used: Python revokes it when the program is replaced for the
+// same dims (the timed program after a quick one, ep/compiled.py); the next Compute with those dims then
+// misses and asks Python again. Exposed to Python as migraphx_ep._C.PlanToken.
+struct PlanToken {
+  std::atomic<bool> valid{true};
+};
+
 // An input with a run-time last axis (targets/gpu/runtime_dims.py): the program was compiled for a slot
 // `capacity` elements wide there; each Run zeroes the slot, copies the input's rows into it at that pitch
 // and writes the input's dims into the program's `<input>@dims` slot.
@@ -94,6 +101,9 @@ struct NativePlan {
   mutable size_t next = 0;  // round robin once the pool is full
   pybind11::object grow;    // GpuExecutable.add_context bound to the input names
   pybind11::object owner;   // the executable: keeps arenas, graphs and slots alive; released under the GIL
+  std::shared_ptr<PlanToken> token;  // null: valid for good
+
+  bool revoked() const noexcept { return token && !token->valid.load(std::memory_order_acquire); }
 };
 
 // Input dims of one Compute call (rank, dims... per input; -1 for a missing optional input).

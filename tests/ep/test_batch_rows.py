@@ -318,3 +318,30 @@ def test_new_other_dims_compile_as_usual_and_are_proven_in_the_background(monkey
     assert c.compiles == compiles
     np.testing.assert_allclose(got.sum(1), [1, 1], rtol=1e-6)
     wait_for_compiles()
+
+
+def test_a_quick_program_is_replaced_by_the_timed_one(monkeypatch):
+    # MIGRAPHX_EP_QUICK_PICKS: a compile on a Run's critical path takes the libraries' untimed picks
+    # (the gpu target); the same shape is compiled again, timed, in the background and replaces it --
+    # here on the ref target, where both compiles are alike, to check the replacement itself.
+    monkeypatch.setenv("MIGRAPHX_EP_QUICK_PICKS", "1")
+    monkeypatch.setattr(compiled, "QUIET_S", 0.0)
+    nodes, inits = ROWWISE["gemm with bias"]
+    c = create_ep({"migraphx_target": "ref"}).compile(one_node_graph(nodes, None, inits), "fused_0")
+    x = np.arange(18, dtype=np.float32).reshape(3, 6)
+    first = [o.copy() for o in c.run([x])]
+    quick = c.programs[((3, 6),)]
+    assert quick.quick_picks and c.compiles == 1
+    wait_for_compiles()
+    timed = c.programs[((3, 6),)]
+    assert timed is not quick and not timed.quick_picks and c.compiles == 2
+    np.testing.assert_array_equal(c.run([x])[0], first[0])
+
+
+def test_no_quick_picks_with_exhaustive_tune(monkeypatch):
+    monkeypatch.setenv("MIGRAPHX_EP_QUICK_PICKS", "1")
+    nodes, inits = ROWWISE["gemm with bias"]
+    opts = {"migraphx_target": "ref", "migraphx_exhaustive_tune": "1"}
+    c = create_ep(opts).compile(one_node_graph(nodes, None, inits), "fused_0")
+    c.run([np.ones((3, 6), np.float32)])
+    assert not c.programs[((3, 6),)].quick_picks

@@ -66,6 +66,14 @@ def gpu_tf32():
     return GpuTarget(device_id=0, allow_tf32=True)
 
 
+@pytest.fixture(autouse=True)
+def timed_picks_at_once(monkeypatch):
+    """Library picks are timed in the compile itself (MIGRAPHX_EP_QUICK_PICKS=0): a quick program
+    replaced by a background compile mid-test would move compile and Python-run counts at random.
+    test_gpu_batch_rows.py turns quick picks on where it tests them."""
+    monkeypatch.setenv("MIGRAPHX_EP_QUICK_PICKS", "0")
+
+
 def count_python_runs(monkeypatch) -> dict[str, int]:
     """Counts the Compute calls that reach Python (the shell looks ``bridge.run`` up on every call)."""
     from migraphx_ep.ep import bridge

@@ -87,3 +87,31 @@ def test_a_served_batch_with_iobinding(counted, recording):
     sess.run_with_iobinding(io)  # served by batch 4's program, inputs and outputs on the device
     _close(io.copy_outputs_to_cpu(), cpu.run(None, f))
     wait_for_compiles()
+
+
+def test_a_quick_program_gives_way_to_the_timed_one(monkeypatch, recording):
+    # The first compile of a shape takes the libraries' untimed picks; the timed program replaces it in
+    # the background and the shell's plan of the quick one is revoked: one Python Run, then native.
+    from migraphx_ep.ep import compiled
+
+    monkeypatch.setenv("MIGRAPHX_EP_QUICK_PICKS", "1")
+    monkeypatch.setenv("MIGRAPHX_EP_BATCH_ROWS", "0")
+    monkeypatch.setattr(compiled, "QUIET_S", 0.0)
+    calls = count_python_runs(monkeypatch)
+    blob = onnx.load(os.path.join(MODELS, "resnet_fp16.onnx")).SerializeToString()
+    sess = ort.InferenceSession(blob, providers=[(EP, GPU), "CPUExecutionProvider"])
+    cpu = ort.InferenceSession(blob, providers=["CPUExecutionProvider"])
+    f = {"pixel_values": np.random.default_rng(0).standard_normal((2, 3, 32, 32)).astype(np.float16)}
+    want = cpu.run(None, f)
+    _close(sess.run(None, f), want)
+    (sub,) = recording.eps[-1].compiled
+    quick = sub.programs[next(iter(sub.programs))]
+    wait_for_compiles()
+    timed = sub.programs[next(iter(sub.programs))]
+    assert getattr(quick, "quick_picks", False) and timed is not quick and not timed.quick_picks
+    assert not quick._exe.token.valid
+    _close(sess.run(None, f), want)  # the revoked plan: Python hands the shell the timed program's
+    n = calls["n"]
+    for _ in range(3):
+        _close(sess.run(None, f), want)
+    assert calls["n"] == n

@@ -14,6 +14,7 @@ import logging
 import queue
 import sys
 import threading
+import time
 from collections.abc import Callable
 
 log = logging.getLogger("migraphx_ep")
@@ -30,6 +31,7 @@ class Background:
         self._pending = 0  # queued + running
         self.done = 0  # jobs finished (benchmarks report it)
         self._saved_interval: float | None = None  # the switch interval found before the jobs began
+        self.last_foreground = 0.0  # time.monotonic() of the latest compile on a Run's critical path
         self._stopping = False
 
     def submit(self, job: Callable[[], None]) -> bool:
@@ -43,6 +45,19 @@ class Background:
                 self._thread.start()
         self._jobs.put(job)
         return True
+
+    def note_foreground(self) -> None:
+        """A compile on a Run's critical path just finished (any subgraph)."""
+        self.last_foreground = time.monotonic()
+
+    def quiet(self, seconds: float) -> bool:
+        """No compile on a Run's critical path for ``seconds``."""
+        return time.monotonic() - self.last_foreground > seconds
+
+    def wait_quiet(self, seconds: float) -> None:
+        """Block (a job) until ``quiet(seconds)``, or the process is exiting."""
+        while not self._stopping and not self.quiet(seconds):
+            time.sleep(min(seconds, 0.05))
 
     def wait(self, timeout: float | None = None) -> bool:
         """Block until no job is queued or running; False if ``timeout`` seconds passed first."""

@@ -74,7 +74,6 @@ class BatchServing:
         self.failed: set[ShapeKey] = set()  # sizes whose own compile failed: served padded from now on
         self.capacities: set[ShapeKey] = set()  # programs compiled to serve smaller sizes
         self.refused = False  # a proof failed: no batch is served padded in this subgraph
-        self.last_compile = 0.0  # time.monotonic() of the latest compile on the critical path
 
     # -- keys ---------------------------------------------------------------------------------------
     def batch_of(self, key: ShapeKey) -> int | None:

@@ -6,10 +6,10 @@ under a lock: ORT may call Compute concurrently) instead of failing or silently 
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import threading
-import time
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
 
@@ -42,6 +42,15 @@ QUIET_S = 1.0
 # compile_program(prog, options, tensors): tensors maps ONNX value names to the parsed program's
 # instructions (calibration tables name tensors so).
 CompileProgram = Callable[[Program, EpOptions, Mapping[str, Instruction]], None]
+
+
+def _picks(quick: bool) -> contextlib.AbstractContextManager:
+    """The gpu target's untimed library picks for a compile (targets/gpu/tuning.py), when ``quick``."""
+    if not quick:
+        return contextlib.nullcontext()
+    from ..targets.gpu.tuning import quick_picks
+
+    return quick_picks()
 
 
 class InputError(ValueError):
@@ -130,9 +139,11 @@ class CompiledSubgraph:
         dims: ShapeKey | None = None,
         runtime: RuntimeDims | None = None,
         store: bool = True,
+        quick: bool = False,
     ) -> Program:
         """Compile for ``key``; ``dims`` are the real input dims when ``key`` leaves run-time axes free
-        (-1), ``runtime`` those axes. ``store``: look up and save .mxr files (not for a proof's probe)."""
+        (-1), ``runtime`` those axes. ``store``: look up and save .mxr files (not for a proof's probe).
+        ``quick``: library picks without timing (``_time_later`` replaces the program; not saved)."""
         dims = dims if dims is not None else key[: len(self.input_names)]
         if self.frozen:
             raise InputError(
@@ -151,18 +162,19 @@ class CompiledSubgraph:
                 self.loads += 1
                 return loaded
         # Every new input shape compiles anew: the log says what each one cost, and where the time went.
-        with self._build_lock, record() as times:
+        with self._build_lock, record() as times, _picks(quick):
             parsed = parse_graph(
                 self.graph, shapes, specialize=True, input_values=values, runtime_dims=runtime,
                 weights=self.weights,
             )  # fmt: skip
             prog = parsed.program
             self._compile_program(prog, self.options, parsed.values)
+        prog.quick_picks = quick  # type: ignore[attr-defined]
         self.compiles += 1
         named = [f"{n}{list(d)}" for n, d in zip(self.input_names, key[: len(dims)], strict=True)]
         inputs = ", ".join(named[:6]) + (f" and {len(named) - 6} more" if len(named) > 6 else "")  # KV caches
         log.info("%s: compiled for %s, inputs %s, in %s", EP_NAME, prog.target_name, inputs, times.summary())
-        if pkey is not None:
+        if pkey is not None and not quick:
             self.store.store(pkey, prog, self.name)  # type: ignore[union-attr]
         return prog
 
@@ -237,10 +249,12 @@ class CompiledSubgraph:
                     self.name,
                     sorted(values),
                 )
-            prog = self._build(key, values, self._compile_dims(exact), self.runtime)
+            quick = self._quick() and not values
+            prog = self._build(key, values, self._compile_dims(exact), self.runtime, quick=quick)
             self._insert(key, prog)
-            if self.rows is not None:
-                self.rows.last_compile = time.monotonic()
+            BACKGROUND.note_foreground()
+            if getattr(prog, "quick_picks", False):
+                self._time_later(key, prog)
             return prog
 
     def _insert(self, key: ShapeKey, prog: Program) -> None:
@@ -276,7 +290,7 @@ class CompiledSubgraph:
                 # background once no compile has been on the critical path for QUIET_S (the proof's
                 # parses hold the build lock), so a workload whose new shapes are not batch sizes
                 # pays nothing more.
-                if time.monotonic() - rows.last_compile > QUIET_S:
+                if BACKGROUND.quiet(QUIET_S):
                     BACKGROUND.submit(lambda: rows.proof(key))
                 return None
             proof = rows.proof(key)
@@ -289,8 +303,11 @@ class CompiledSubgraph:
                     return None
                 donor = rows.with_batch(key, size)
                 rows.capacities.add(donor)
-                self._insert(donor, self._build(donor, None, donor, {}))
-                rows.last_compile = time.monotonic()
+                prog = self._build(donor, None, donor, {}, quick=self._quick())
+                self._insert(donor, prog)
+                BACKGROUND.note_foreground()
+                if getattr(prog, "quick_picks", False):
+                    self._time_later(donor, prog)
             self.programs.move_to_end(donor)
             return self.programs[donor], rows.batch_of(donor), proof  # type: ignore[return-value]
 
@@ -311,6 +328,52 @@ class CompiledSubgraph:
             if prog is not None and not self._closed:
                 self._insert(key, prog)
             rows.pending.discard(key)
+
+    # -- quick library picks on the critical path, timed ones in the background ---------------------
+    def _quick(self) -> bool:
+        """Whether a compile on a Run's critical path takes the libraries' untimed picks (the gpu
+        target; not with migraphx_exhaustive_tune, nor for run-time dims). ``MIGRAPHX_EP_QUICK_PICKS``:
+        0 off, 1 on for every target, unset: the gpu target."""
+        flag = os.environ.get("MIGRAPHX_EP_QUICK_PICKS", "")
+        if flag == "0" or self.options.exhaustive_tune or self.runtime or self._runtime_pending:
+            return False
+        if self.store is not None and self.store.enabled:
+            return False  # a model cache keeps what it is given: give it the timed program at once
+        return flag != "" or self.target == "gpu"
+
+    def _time_later(self, key: ShapeKey, quick: Program) -> None:
+        """Queue the timed compile of ``key``, run once no compile is on a Run's critical path: it
+        replaces ``quick`` (if that is still ``key``'s program) and revokes the shell's plans of it."""
+
+        def job() -> None:
+            BACKGROUND.wait_quiet(QUIET_S)
+            with self._lock:
+                if self._closed or self.programs.get(key) is not quick:
+                    return
+            try:
+                self._replace_quick(key, quick)
+            except Exception as e:  # noqa: BLE001 - the quick program goes on serving
+                log.warning("%s: the timed compile of input dims %s failed (%s)", self.name, key, e)
+
+        BACKGROUND.submit(job)
+
+    def _replace_quick(self, key: ShapeKey, quick: Program) -> None:
+        """Compile ``key`` timed; it replaces ``quick`` if that is still ``key``'s program, and the
+        shell's plans of ``quick`` are revoked (its next Run of ``key`` asks Python for the new one)."""
+        timed = self._build(key, None, self._compile_dims(key), self.runtime)
+        with self._lock:
+            if self.programs.get(key) is quick and not self._closed:
+                self.programs[key] = timed
+                token = getattr(getattr(quick, "_exe", None), "token", None)
+                if token is not None:
+                    token.revoke()
+
+    def settle(self) -> None:
+        """Every quick program replaced by its timed one now (an EPContext model keeps what it gets)."""
+        with self._lock:
+            quick = [(k, p) for k, p in self.programs.items() if getattr(p, "quick_picks", False)]
+        for key, prog in quick:
+            self._replace_quick(key, prog)
 
     def release(self) -> None:
         """The session let go of this subgraph: its queued background compiles are dropped."""
@@ -425,7 +488,6 @@ class CompiledSubgraph:
         with self._lock:
             # Not while new shapes still compile on the critical path: a background compile would
             # hold the build lock they wait for. A later padded Run of this size asks again.
-            quiet = time.monotonic() - rows.last_compile > QUIET_S
-            if key not in self.programs and quiet:
+            if key not in self.programs and BACKGROUND.quiet(QUIET_S):
                 rows.later(key, lambda k: BACKGROUND.submit(lambda: self._compile_later(k)))
         return outs

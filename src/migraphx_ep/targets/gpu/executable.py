@@ -30,11 +30,22 @@ from .lowering import Buf, ConvStep, GemmStep, KernelStep, Lowered, plan_lowered
 from .memory import ALIGN, Storage, align
 from .nvrtc import compile_source, source_key
 from .runtime_dims import native_pad, pad_inputs
+from .tuning import QUICK
 from .weights import DeviceWeights
 
 log = logging.getLogger("migraphx_ep.gpu")
 
 Launch = Callable[[int], None]
+
+
+def _plan_token() -> object | None:
+    """The shell's PlanToken (native_run.h), None where the extension is not built."""
+    try:
+        from ... import _C
+
+        return _C.PlanToken()
+    except (ImportError, AttributeError):
+        return None
 
 
 class GpuExecutable:
@@ -62,6 +73,10 @@ class GpuExecutable:
         self._plans: dict[str, dict] = dict(artifacts.get("plans", {}))
         self._modules: dict[str, cuda.Module] = {}  # loaded once, shared by every context
         self._grow = threading.Lock()  # one context built at a time (library handles, capture)
+        # Library picks without timing (tuning.QUICK): such a program is replaced by a timed one.
+        self.quick = QUICK.get()
+        # Revoked when the EP replaces this program: the shell then drops its plans (native_run.h).
+        self.token = _plan_token()
         with stage("memory plan"):
             self.arena_bytes = plan_lowered(lowered)
         with stage("weights upload"):
@@ -231,7 +246,7 @@ class GpuExecutable:
             p = blas.plan_gemm(
                 s.dtype, s.batch, s.m, s.n, s.k, la, lb, lc,
                 beta=1.0 if s.has_residual else 0.0, bias=s.has_bias, relu=s.relu, allow_tf32=self.allow_tf32,
-                tuned=self._plans.get(key), tune=True, alignment=_alignment(a, b, c, d, bias),
+                tuned=self._plans.get(key), tune=not self.quick, alignment=_alignment(a, b, c, d, bias),
             )  # fmt: skip
         self._plans[key] = p.to_dict()
         self.workspace_bytes = max(self.workspace_bytes, align(p.workspace_size))
@@ -250,7 +265,7 @@ class GpuExecutable:
             p = dnn.plan_conv(
                 x.shape.type, x.shape, w.shape, y.shape, tuple(pads[:k]), tuple(pads[k:]), tuple(strides),
                 tuple(dil), s.op.group, bias=s.has_bias, relu=s.relu, residual=s.has_residual,  # type: ignore
-                allow_tf32=self.allow_tf32, tuned=self._plans.get(key),
+                allow_tf32=self.allow_tf32, tuned=self._plans.get(key), exhaustive=not self.quick,
                 z=s.reads[-1].shape if s.has_residual else None,
             )  # fmt: skip
         self._plans[key] = p.to_dict()
@@ -357,6 +372,7 @@ class GpuExecutable:
             "max_contexts": max_contexts(),
             "grow": functools.partial(self.add_context, list(input_names)),
             "owner": self,
+            **({"token": self.token} if self.token is not None else {}),
             "capacity": capacity,
         }
 

@@ -12,8 +12,10 @@ identical problems use identical algorithms, where separate timings could pick d
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import threading
-from collections.abc import Hashable
+from collections.abc import Hashable, Iterator
 from typing import Protocol
 
 _LIMIT = 1 << 16  # picks kept; past it the memo starts afresh (a process fed ever-new shapes)
@@ -45,6 +47,22 @@ class PickMemo:
 
 PICKS = PickMemo()
 
+# Quick picks: the libraries' own heuristic choice, no timing (cuBLASLt's first candidate, cuDNN's
+# heuristic). A compile on a Run's critical path takes them; the EP then compiles the same shape again,
+# timed, in the background and replaces the program (ep/compiled.py). Picks are memoised per search
+# kind, so a quick pick never stands in for a timed one.
+QUICK = contextvars.ContextVar("migraphx_ep_quick_picks", default=False)
+
+
+@contextlib.contextmanager
+def quick_picks(on: bool = True) -> Iterator[None]:
+    """Library picks without timing for the compiles in this block (this thread only)."""
+    token = QUICK.set(on)
+    try:
+        yield
+    finally:
+        QUICK.reset(token)
+
 
 class Plan(Protocol):
     """What blas.GemmPlan and dnn.ConvPlan have in common for the memo."""
@@ -68,4 +86,4 @@ def keep_pick(plan: Plan, kind: str, limit: int, search: Hashable) -> None:
     PICKS.put((kind, plan.handle, plan.key, limit, search), plan.to_dict())
 
 
-__all__ = ["PICKS", "PickMemo", "keep_pick", "restore_pick"]
+__all__ = ["PICKS", "QUICK", "PickMemo", "keep_pick", "quick_picks", "restore_pick"]
