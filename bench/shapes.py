@@ -179,10 +179,10 @@ def _restore(saved: dict[str, str | None]) -> None:
 def _wait_background() -> None:
     """Until the background compiles are done: the quiet second they wait for (no compile on a Run's
     critical path, in any session: the comparison sessions just compiled), then the queue."""
-    from migraphx_ep.ep import compiled
+    from migraphx_ep.ep import background_compiles
     from migraphx_ep.ep.background import BACKGROUND
 
-    BACKGROUND.wait_quiet(compiled.QUIET_S)
+    BACKGROUND.wait_quiet(background_compiles.QUIET_S)
     BACKGROUND.wait()
 
 

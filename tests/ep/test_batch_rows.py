@@ -14,7 +14,7 @@ import pytest
 from onnx import TensorProto as T
 from onnx import helper as h
 
-from migraphx_ep.ep import compiled
+from migraphx_ep.ep import background_compiles
 from migraphx_ep.ep.background import wait_for_compiles
 from migraphx_ep.ep.batch_rows import NotRowwise, capacity, prove
 from migraphx_ep.ep.batch_serve import batch_inputs
@@ -213,7 +213,7 @@ def test_a_never_seen_batch_runs_padded_and_compiles_its_own_in_the_background(
     monkeypatch, recording, caplog
 ):
     monkeypatch.setenv("MIGRAPHX_EP_BATCH_ROWS", "1")
-    monkeypatch.setattr(compiled, "QUIET_S", 0.0)  # background compiles right after a foreground one
+    monkeypatch.setattr(background_compiles, "QUIET_S", 0.0)  # no quiet second to wait for
     model = os.path.join(MODELS, "bert.onnx")
     sess = ort.InferenceSession(model, providers=[(EP, {"migraphx_target": "ref"}), "CPUExecutionProvider"])
     cpu = ort.InferenceSession(model, providers=["CPUExecutionProvider"])
@@ -280,7 +280,7 @@ def test_no_background_compile_while_new_shapes_compile(monkeypatch):
     # Within QUIET_S of a compile on the critical path, a padded size does not queue its own compile
     # (it would hold the build lock the next new shape waits for); once quiet, it does.
     monkeypatch.setenv("MIGRAPHX_EP_BATCH_ROWS", "1")
-    monkeypatch.setattr(compiled, "QUIET_S", 3600.0)
+    monkeypatch.setattr(background_compiles, "QUIET_S", 3600.0)
     nodes, inits = ROWWISE["gemm with bias"]
     graph = one_node_graph(nodes, None, inits)
     c = create_ep({"migraphx_target": "ref"}).compile(graph, "fused_0")
@@ -288,7 +288,7 @@ def test_no_background_compile_while_new_shapes_compile(monkeypatch):
     c.run([x])  # compiles batch 4, serves 3
     wait_for_compiles()
     assert [k[0][0] for k in c.programs] == [4] and not c.rows.pending
-    monkeypatch.setattr(compiled, "QUIET_S", 0.0)
+    monkeypatch.setattr(background_compiles, "QUIET_S", 0.0)
     c.run([x])
     wait_for_compiles()
     assert sorted(k[0][0] for k in c.programs) == [3, 4]
@@ -298,7 +298,7 @@ def test_new_other_dims_compile_as_usual_and_are_proven_in_the_background(monkey
     # A new sequence length is not a batch size: it compiles like any new shape, and its proof runs in
     # the background, so that its later batch sizes are served padded.
     monkeypatch.setenv("MIGRAPHX_EP_BATCH_ROWS", "1")
-    monkeypatch.setattr(compiled, "QUIET_S", 0.0)
+    monkeypatch.setattr(background_compiles, "QUIET_S", 0.0)
     g = h.make_graph(
         [h.make_node("Softmax", ["x"], ["y"], axis=1)],
         "g",
@@ -325,7 +325,7 @@ def test_a_quick_program_is_replaced_by_the_timed_one(monkeypatch):
     # (the gpu target); the same shape is compiled again, timed, in the background and replaces it --
     # here on the ref target, where both compiles are alike, to check the replacement itself.
     monkeypatch.setenv("MIGRAPHX_EP_QUICK_PICKS", "1")
-    monkeypatch.setattr(compiled, "QUIET_S", 0.0)
+    monkeypatch.setattr(background_compiles, "QUIET_S", 0.0)
     nodes, inits = ROWWISE["gemm with bias"]
     c = create_ep({"migraphx_target": "ref"}).compile(one_node_graph(nodes, None, inits), "fused_0")
     x = np.arange(18, dtype=np.float32).reshape(3, 6)

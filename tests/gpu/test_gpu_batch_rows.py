@@ -33,10 +33,10 @@ def _close(got: list[np.ndarray], want: list[np.ndarray]) -> None:
 @pytest.fixture
 def counted(monkeypatch, recording):
     """Python Compute calls, and the EP's subgraphs (``recording``), with batch rows on."""
-    from migraphx_ep.ep import compiled
+    from migraphx_ep.ep import background_compiles
 
     monkeypatch.setenv("MIGRAPHX_EP_BATCH_ROWS", "1")
-    monkeypatch.setattr(compiled, "QUIET_S", 0.0)  # background compiles right after a foreground one
+    monkeypatch.setattr(background_compiles, "QUIET_S", 0.0)  # no quiet second to wait for
     return count_python_runs(monkeypatch)
 
 
@@ -92,11 +92,11 @@ def test_a_served_batch_with_iobinding(counted, recording):
 def test_a_quick_program_gives_way_to_the_timed_one(monkeypatch, recording):
     # The first compile of a shape takes the libraries' untimed picks; the timed program replaces it in
     # the background and the shell's plan of the quick one is revoked: one Python Run, then native.
-    from migraphx_ep.ep import compiled
+    from migraphx_ep.ep import background_compiles
 
     monkeypatch.setenv("MIGRAPHX_EP_QUICK_PICKS", "1")
     monkeypatch.setenv("MIGRAPHX_EP_BATCH_ROWS", "0")
-    monkeypatch.setattr(compiled, "QUIET_S", 0.0)
+    monkeypatch.setattr(background_compiles, "QUIET_S", 0.0)
     calls = count_python_runs(monkeypatch)
     blob = onnx.load(os.path.join(MODELS, "resnet_fp16.onnx")).SerializeToString()
     sess = ort.InferenceSession(blob, providers=[(EP, GPU), "CPUExecutionProvider"])

@@ -6,7 +6,6 @@ under a lock: ORT may call Compute concurrently) instead of failing or silently 
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
 import threading
@@ -25,7 +24,7 @@ from ..ir.shape import Shape
 from ..ir.weights import WeightCache
 from ..timing import record
 from .background import BACKGROUND
-from .batch_rows import BatchRows, capacity
+from .background_compiles import BackgroundCompiles, library_picks
 from .batch_serve import BatchServing, batch_inputs
 from .batch_serve import enabled as batch_rows_enabled
 from .cache import ProgramStore, graph_fingerprint, program_key
@@ -36,21 +35,9 @@ from .subgraphs import EP_NAME
 log = logging.getLogger("migraphx_ep")
 
 ShapeKey = tuple[tuple[int, ...], ...]
-# Seconds without a compile on the critical path before a batch size served padded gets its own
-# program in the background (ep/batch_serve.py).
-QUIET_S = 1.0
 # compile_program(prog, options, tensors): tensors maps ONNX value names to the parsed program's
 # instructions (calibration tables name tensors so).
 CompileProgram = Callable[[Program, EpOptions, Mapping[str, Instruction]], None]
-
-
-def _picks(quick: bool) -> contextlib.AbstractContextManager:
-    """The gpu target's untimed library picks for a compile (targets/gpu/tuning.py), when ``quick``."""
-    if not quick:
-        return contextlib.nullcontext()
-    from ..targets.gpu.tuning import quick_picks
-
-    return quick_picks()
 
 
 class InputError(ValueError):
@@ -63,7 +50,7 @@ def _owned(graph: dict) -> dict:
     return dict(graph)
 
 
-class CompiledSubgraph:
+class CompiledSubgraph(BackgroundCompiles):
     def __init__(
         self,
         graph: dict,
@@ -162,7 +149,7 @@ class CompiledSubgraph:
                 self.loads += 1
                 return loaded
         # Every new input shape compiles anew: the log says what each one cost, and where the time went.
-        with self._build_lock, record() as times, _picks(quick):
+        with self._build_lock, record() as times, library_picks(quick):
             parsed = parse_graph(
                 self.graph, shapes, specialize=True, input_values=values, runtime_dims=runtime,
                 weights=self.weights,
@@ -273,108 +260,6 @@ class CompiledSubgraph:
                 self.options.max_compiled_models,
             )
 
-    # -- batch sizes served by a larger batch's program (ep/batch_serve.py) ------------------------
-    def _serve(self, key: ShapeKey) -> tuple[Program, int, BatchRows] | None:
-        """A program of a larger batch for input dims ``key`` with none of its own, that batch and
-        the proof (``_run_padded`` queues its own program for the background). None: compile ``key``
-        as usual."""
-        rows = self.rows
-        if rows is None or self._runtime_pending:
-            return None
-        with self._lock:
-            b = rows.batch_of(key)
-            if key in self.programs or b is None or rows.refused:
-                return None
-            if not rows.first and not rows.known(key):
-                # New other dims (a new sequence length, say): compiled as usual, and proven in the
-                # background once no compile has been on the critical path for QUIET_S (the proof's
-                # parses hold the build lock), so a workload whose new shapes are not batch sizes
-                # pays nothing more.
-                if BACKGROUND.quiet(QUIET_S):
-                    BACKGROUND.submit(lambda: rows.proof(key))
-                return None
-            proof = rows.proof(key)
-            if proof is None:
-                return None
-            donor = rows.donor(key, self.programs)
-            if donor is None:
-                size = capacity(b)
-                if size == b:
-                    return None
-                donor = rows.with_batch(key, size)
-                rows.capacities.add(donor)
-                prog = self._build(donor, None, donor, {}, quick=self._quick())
-                self._insert(donor, prog)
-                BACKGROUND.note_foreground()
-                if getattr(prog, "quick_picks", False):
-                    self._time_later(donor, prog)
-            self.programs.move_to_end(donor)
-            return self.programs[donor], rows.batch_of(donor), proof  # type: ignore[return-value]
-
-    def _compile_later(self, key: ShapeKey) -> None:
-        """On the background thread: ``key``'s own program, used by its Runs from then on."""
-        rows = self.rows
-        assert rows is not None
-        try:
-            prog = None if self._closed else self._build(key, None, key, {})
-        except Exception as e:  # noqa: BLE001 - keep serving it padded; say why once
-            log.warning("%s: compiling input dims %s failed (%s); a larger batch's program serves them",
-                        self.name, [list(d) for d in key], e)  # fmt: skip
-            with self._lock:
-                rows.failed.add(key)
-                rows.pending.discard(key)
-            return
-        with self._lock:
-            if prog is not None and not self._closed:
-                self._insert(key, prog)
-            rows.pending.discard(key)
-
-    # -- quick library picks on the critical path, timed ones in the background ---------------------
-    def _quick(self) -> bool:
-        """Whether a compile on a Run's critical path takes the libraries' untimed picks (the gpu
-        target; not with migraphx_exhaustive_tune, nor for run-time dims). ``MIGRAPHX_EP_QUICK_PICKS``:
-        0 off, 1 on for every target, unset: the gpu target."""
-        flag = os.environ.get("MIGRAPHX_EP_QUICK_PICKS", "")
-        if flag == "0" or self.options.exhaustive_tune or self.runtime or self._runtime_pending:
-            return False
-        if self.store is not None and self.store.enabled:
-            return False  # a model cache keeps what it is given: give it the timed program at once
-        return flag != "" or self.target == "gpu"
-
-    def _time_later(self, key: ShapeKey, quick: Program) -> None:
-        """Queue the timed compile of ``key``, run once no compile is on a Run's critical path: it
-        replaces ``quick`` (if that is still ``key``'s program) and revokes the shell's plans of it."""
-
-        def job() -> None:
-            BACKGROUND.wait_quiet(QUIET_S)
-            with self._lock:
-                if self._closed or self.programs.get(key) is not quick:
-                    return
-            try:
-                self._replace_quick(key, quick)
-            except Exception as e:  # noqa: BLE001 - the quick program goes on serving
-                log.warning("%s: the timed compile of input dims %s failed (%s)", self.name, key, e)
-
-        BACKGROUND.submit(job)
-
-    def _replace_quick(self, key: ShapeKey, quick: Program) -> None:
-        """Compile ``key`` timed; it replaces ``quick`` if that is still ``key``'s program, and the
-        shell's plans of ``quick`` are revoked (its next Run of ``key`` asks Python for the new one)."""
-        timed = self._build(key, None, self._compile_dims(key), self.runtime)
-        with self._lock:
-            if self.programs.get(key) is quick and not self._closed:
-                self.programs[key] = timed
-                token = getattr(getattr(quick, "_exe", None), "token", None)
-                if token is not None:
-                    token.revoke()
-
-    def settle(self) -> None:
-        """Every quick program replaced by its timed one now (an EPContext model keeps what it gets)."""
-        with self._lock:
-            quick = [(k, p) for k, p in self.programs.items() if getattr(p, "quick_picks", False)]
-        for key, prog in quick:
-            self._replace_quick(key, prog)
-
     def release(self) -> None:
         """The session let go of this subgraph: its queued background compiles are dropped."""
         self._closed = True
@@ -473,21 +358,3 @@ class CompiledSubgraph:
             self._drop_runtime(str(e))
             return self.run(inputs)
         return [np.asarray(o) for o in outs]
-
-    def _run_padded(
-        self, served: tuple[Program, int, BatchRows], inputs: list[np.ndarray], key: ShapeKey
-    ) -> list[np.ndarray]:
-        """Run a batch on a larger batch's program: inputs padded, outputs cut (ep/batch_serve.py);
-        then queue its own program (after the Run, which would otherwise share the GIL with it)."""
-        prog, size, proof = served
-        rows = self.rows
-        assert rows is not None
-        b = int(inputs[rows.batch[0]].shape[0])
-        feeds = dict(zip(self.input_names, rows.pad(inputs, size), strict=True))
-        outs = [np.asarray(o) for o in rows.cut(list(prog.run_numpy(feeds, borrow_outputs=True)), proof, b)]
-        with self._lock:
-            # Not while new shapes still compile on the critical path: a background compile would
-            # hold the build lock they wait for. A later padded Run of this size asks again.
-            if key not in self.programs and BACKGROUND.quiet(QUIET_S):
-                rows.later(key, lambda k: BACKGROUND.submit(lambda: self._compile_later(k)))
-        return outs
