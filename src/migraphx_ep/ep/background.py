@@ -46,6 +46,11 @@ class Background:
         self._jobs.put(job)
         return True
 
+    @property
+    def stopping(self) -> bool:
+        """The process is exiting: a job still running should end without starting more work."""
+        return self._stopping
+
     def note_foreground(self) -> None:
         """A compile on a Run's critical path just finished (any subgraph)."""
         self.last_foreground = time.monotonic()

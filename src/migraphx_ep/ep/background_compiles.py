@@ -51,6 +51,7 @@ class BackgroundCompiles:
 
     name: str
     target: str
+    input_names: list[str]
     options: EpOptions
     store: ProgramStore | None
     programs: OrderedDict[ShapeKey, Program]
@@ -137,6 +138,8 @@ class BackgroundCompiles:
 
         def job() -> None:
             BACKGROUND.wait_quiet(QUIET_S)
+            if BACKGROUND.stopping:
+                return  # the process is exiting: no compile now
             with self._lock:
                 if self._closed or self.programs.get(key) is not quick:
                     return
