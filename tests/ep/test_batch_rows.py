@@ -345,3 +345,15 @@ def test_no_quick_picks_with_exhaustive_tune(monkeypatch):
     c = create_ep(opts).compile(one_node_graph(nodes, None, inits), "fused_0")
     c.run([np.ones((3, 6), np.float32)])
     assert not c.programs[((3, 6),)].quick_picks
+
+
+def test_a_power_of_two_batch_compiles_as_it_is_and_proves_nothing(monkeypatch):
+    # A model run at batch 1 (or 8) only pays nothing for batch rows: no proof, no capacity.
+    monkeypatch.setenv("MIGRAPHX_EP_BATCH_ROWS", "1")
+    monkeypatch.setattr(background_compiles, "QUIET_S", 3600.0)
+    nodes, inits = ROWWISE["gemm with bias"]
+    c = create_ep({"migraphx_target": "ref"}).compile(one_node_graph(nodes, None, inits), "fused_0")
+    c.run([np.ones((1, 6), np.float32)])
+    assert list(c.programs) == [((1, 6),)] and c.rows.first
+    c.run([np.ones((3, 6), np.float32)])  # proven now, and served by batch 4's program
+    assert not c.rows.first and list(c.programs) == [((1, 6),), ((4, 6),)]

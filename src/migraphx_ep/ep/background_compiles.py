@@ -76,6 +76,9 @@ class BackgroundCompiles:
             b = rows.batch_of(key)
             if key in self.programs or b is None or rows.refused:
                 return None
+            donor = rows.donor(key, self.programs)
+            if donor is None and capacity(b) == b:
+                return None  # compiled as it is (batch 1, say): nothing to serve, nothing to prove yet
             if not rows.first and not rows.known(key):
                 # New other dims (a new sequence length, say): compiled as usual, and proven in the
                 # background once no compile has been on the critical path for QUIET_S (the proof's
@@ -87,12 +90,8 @@ class BackgroundCompiles:
             proof = rows.proof(key)
             if proof is None:
                 return None
-            donor = rows.donor(key, self.programs)
             if donor is None:
-                size = capacity(b)
-                if size == b:
-                    return None
-                donor = rows.with_batch(key, size)
+                donor = rows.with_batch(key, capacity(b))
                 rows.capacities.add(donor)
                 prog = self._build(donor, None, donor, {}, quick=self._quick())
                 self._insert(donor, prog)
