@@ -357,3 +357,21 @@ def test_a_power_of_two_batch_compiles_as_it_is_and_proves_nothing(monkeypatch):
     assert list(c.programs) == [((1, 6),)] and c.rows.first
     c.run([np.ones((3, 6), np.float32)])  # proven now, and served by batch 4's program
     assert not c.rows.first and list(c.programs) == [((1, 6),), ((4, 6),)]
+
+
+@pytest.mark.parametrize("name", ["MIGRAPHX_EP_BATCH_ROWS", "MIGRAPHX_EP_QUICK_PICKS"])
+def test_a_switch_value_it_does_not_know_is_an_error_naming_it(monkeypatch, name):
+    monkeypatch.setenv(name, "yes")
+    nodes, inits = ROWWISE["gemm with bias"]
+    with pytest.raises(ValueError, match=f"{name}='yes': expected one of auto, 0, 1"):
+        c = create_ep({"migraphx_target": "ref"}).compile(one_node_graph(nodes, None, inits), "fused_0")
+        c.run([np.ones((3, 6), np.float32)])
+
+
+def test_a_bad_switch_fails_the_session_not_the_process(monkeypatch):
+    monkeypatch.setenv("MIGRAPHX_EP_BATCH_ROWS", "on")
+    model = os.path.join(MODELS, "resnet.onnx")
+    with pytest.raises(Exception, match="MIGRAPHX_EP_BATCH_ROWS='on'"):
+        providers = [(EP, {"migraphx_target": "ref"}), "CPUExecutionProvider"]
+        sess = ort.InferenceSession(model, providers=providers)
+        sess.run(None, {"pixel_values": np.zeros((3, 3, 32, 32), np.float32)})

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import os
 import threading
 from collections import OrderedDict
 from collections.abc import Callable
@@ -21,6 +20,7 @@ from collections.abc import Callable
 import numpy as np
 
 from ..ir.program import Program
+from ..switches import env_choice
 from .background import BACKGROUND
 from .batch_rows import BatchRows, capacity
 from .batch_serve import BatchServing
@@ -124,12 +124,12 @@ class BackgroundCompiles:
         """Whether a compile on a Run's critical path takes the libraries' untimed picks (the gpu
         target; not with migraphx_exhaustive_tune, nor for run-time dims). ``MIGRAPHX_EP_QUICK_PICKS``:
         0 off, 1 on for every target, unset: the gpu target."""
-        flag = os.environ.get("MIGRAPHX_EP_QUICK_PICKS", "")
+        flag = env_choice("MIGRAPHX_EP_QUICK_PICKS", "auto", ("auto", "0", "1"))
         if flag == "0" or self.options.exhaustive_tune or self.runtime or self._runtime_pending:
             return False
         if self.store is not None and self.store.enabled:
             return False  # a model cache keeps what it is given: give it the timed program at once
-        return flag != "" or self.target == "gpu"
+        return flag == "1" or self.target == "gpu"
 
     def _time_later(self, key: ShapeKey, quick: Program) -> None:
         """Queue the timed compile of ``key``, run once no compile is on a Run's critical path: it

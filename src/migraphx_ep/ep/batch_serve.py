@@ -16,7 +16,6 @@ compile costs what this saves) and off for the ref.
 from __future__ import annotations
 
 import logging
-import os
 import threading
 from collections.abc import Callable, Mapping
 
@@ -27,6 +26,7 @@ from ..ir.dtypes import DType
 from ..ir.module import Module
 from ..ir.shape import Shape
 from ..ir.weights import WeightCache
+from ..switches import env_choice
 from .batch_rows import BatchRows, NotRowwise, prove
 
 log = logging.getLogger("migraphx_ep")
@@ -35,8 +35,8 @@ ShapeKey = tuple[tuple[int, ...], ...]
 
 
 def enabled(target: str) -> bool:
-    flag = os.environ.get("MIGRAPHX_EP_BATCH_ROWS", "")
-    return flag not in ("0", "") or (flag == "" and target == "gpu")
+    flag = env_choice("MIGRAPHX_EP_BATCH_ROWS", "auto", ("auto", "0", "1"))
+    return flag == "1" or (flag == "auto" and target == "gpu")
 
 
 def batch_inputs(graph: dict) -> list[int]:

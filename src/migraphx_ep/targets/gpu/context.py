@@ -17,12 +17,12 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from ...switches import env_int
 from ...timing import stage
 from . import cuda
 from .errors import DeviceErrors
 from .lowering import Buf
 from .runtime_dims import DIMS_SUFFIX
-from .switches import env_int
 
 if TYPE_CHECKING:
     from .executable import GpuExecutable, Launch

@@ -27,11 +27,11 @@ from ...ir.module import Module
 from ...ir.operation import ModuleOp, Op
 from ...ir.shape import Shape
 from ...ir.weights import WeightCache
+from ...switches import env_choice
 from . import kernels as K
 from .kernels.attention import attention_kernel, attention_supported
 from .kernels.spec import KernelSpec, PwConst, PwExpr, PwInput, PwOp, Unsupported
 from .memory import Storage, plan
-from .switches import env_choice
 from .views import is_view, only_user, scalar_value, strided_reshape
 
 log = logging.getLogger("migraphx_ep.gpu")

@@ -14,8 +14,8 @@ from ....ir.module import Module
 from ....ops.fused import FusedConv
 from ....passes.manager import Pass
 from ....passes.rewrite import Pattern, Predicate, op, var
+from ....switches import env_choice
 from ..lowering import dnn_conv
-from ..switches import env_choice
 from .epilogue import EpilogueRule, bias_along, both
 
 

@@ -30,7 +30,7 @@ from ....ir.dtypes import DType
 from ....ir.module import Module
 from ....ir.operation import Op
 from ....ir.shape import Shape
-from ..switches import env_int
+from ....switches import env_int
 from ..views import strided_reshape
 from .params import Params
 from .prelude import PRELUDE, c_literal, c_type, index_type, offset, signature, span

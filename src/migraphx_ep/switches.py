@@ -1,5 +1,5 @@
-"""The gpu target's debugging and tuning switches from the environment: a value a switch does not know is
-an error naming the variable, never a silent default (nor a bare ``int()`` traceback)."""
+"""Debugging and tuning switches from the environment (the EP's and the gpu target's): a value a switch
+does not know is an error naming the variable, never a silent default (nor a bare ``int()`` traceback)."""
 
 from __future__ import annotations
 
