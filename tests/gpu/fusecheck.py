@@ -1,5 +1,6 @@
 """What the fusion-pass tests share: a module lowered, its steps run in the numpy simulator and compared
-with the ref interpretation of the unfused module."""
+with the ref interpretation of the unfused module. The module gets ``fuse_pointwise`` first, the gpu
+pipeline's last pass, so its steps are the ones the pipeline would lower it to."""
 
 from __future__ import annotations
 
@@ -7,6 +8,8 @@ import numpy as np
 
 from migraphx_ep.ir.evaluate import run_module
 from migraphx_ep.ir.module import Module
+from migraphx_ep.passes import DEAD_CODE_ELIMINATION, run_passes
+from migraphx_ep.targets.gpu.fuse import FUSE_POINTWISE
 from migraphx_ep.targets.gpu.lowering import Step, lower
 from migraphx_ep.targets.gpu.simulate import run_steps
 from passes.passcheck import random_inputs
@@ -14,7 +17,8 @@ from passes.passcheck import random_inputs
 
 def simulated(m: Module, ref: Module, tol: float = 1e-5, **lower_args: object) -> list[Step]:
     """The lowered steps of ``m`` (``lower_args`` over cuBLASLt and cuDNN on), simulated and compared
-    with the ref interpretation of ``ref`` on random inputs, to ``tol``."""
+    with the ref interpretation of ``ref`` on random inputs, to ``tol``. ``m`` gets ``fuse_pointwise``."""
+    run_passes(m, [FUSE_POINTWISE, DEAD_CODE_ELIMINATION])
     low = lower(m, **{"use_blas": True, "use_dnn": True, **lower_args})  # type: ignore[arg-type]
     feeds = random_inputs(ref, specials=False)
     for got, want in zip(run_steps(low, feeds), run_module(ref, feeds), strict=True):

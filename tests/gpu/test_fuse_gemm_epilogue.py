@@ -213,7 +213,9 @@ def test_without_cublaslt_the_body_lowers_as_before() -> None:
     m = check_pass(PASSES, lambda: chain(c))
     steps = simulated(m, chain(c), use_blas=False)
     assert [s.label.split()[0] for s in steps] == ["dot", "pointwise"]
-    assert [s.label.split()[0] for s in lower(chain(c), use_blas=False, use_dnn=True).steps] == [
+    unfused = chain(c)
+    run_passes(unfused, gpu_pipeline(use_blas=False))
+    assert [s.label.split()[0] for s in lower(unfused, use_blas=False, use_dnn=True).steps] == [
         "dot",
         "pointwise",
     ]

@@ -26,7 +26,8 @@ log = logging.getLogger("migraphx_ep")
 # 2: weights larger than _BIG hashed on their own (in parallel), their digests fed in
 # 3: the gpu target fuses layernorm and GEMM/convolution epilogues in passes (fused_* instructions), no
 #    longer while lowering: a program stored before holds them unfused and would load and run slower
-KEY_VERSION = 3
+# 4: pointwise chains too (fused_pointwise): a program stored before would lower one kernel per op
+KEY_VERSION = 4
 _BIG = 1 << 20
 
 

@@ -1,5 +1,6 @@
 """Fused ops of the gpu target's fusion passes (``targets/gpu/fuse/``): layernorm, GEMM and convolution
-with their epilogues, each one instruction that owns the subgraph it stands for as its one submodule.
+with their epilogues, chains of elementwise ops, each one instruction that owns the subgraph it stands
+for as its one submodule.
 
 As for ``fused_attention``: the submodule is the matched chain, unchanged, so the op's meaning is the
 submodule's (``compute_with_modules`` runs it: the ref semantics, ``verify`` and the lowering simulator
@@ -56,7 +57,8 @@ class FusedOp(ModuleOp):
     ) -> np.ndarray:
         body = mods[0]
         (res,) = run(body, dict(zip(body.get_parameter_names(), args, strict=True)))
-        return np.ascontiguousarray(res)
+        res = np.asarray(res)
+        return np.ascontiguousarray(res).reshape(res.shape)  # ascontiguousarray alone makes 0-d 1-d
 
 
 @register_op
@@ -109,4 +111,28 @@ class FusedConv(FusedEpilogue):
     name: ClassVar[str] = "fused_conv"
 
 
-__all__ = ["body_output", "FusedConv", "FusedEpilogue", "FusedGemm", "FusedLayernorm", "FusedOp"]
+@register_op
+@dataclasses.dataclass(frozen=True)
+class FusedPointwise(FusedOp):
+    """A chain of elementwise ops: one generated kernel. Inputs: the body's parameters, any number, any
+    types (a compare's bool, a convert's source); one-element constants the chain reads are literals
+    inside the body, so the kernel source carries them. Its output is the chain's last value."""
+
+    name: ClassVar[str] = "fused_pointwise"
+    converts: ClassVar[bool] = True
+
+    def compute_shape_with_modules(self, inputs: list[Shape], mods: list[Module]) -> Shape:
+        if len(mods) != 1:
+            raise ShapeError(f"{self.name}: needs one submodule, given {len(mods)}")
+        return body_output(self.name, inputs, mods[0], same_type=False).as_standard()
+
+
+__all__ = [
+    "body_output",
+    "FusedConv",
+    "FusedEpilogue",
+    "FusedGemm",
+    "FusedLayernorm",
+    "FusedOp",
+    "FusedPointwise",
+]

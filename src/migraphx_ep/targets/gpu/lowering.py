@@ -1,16 +1,15 @@
 """Lowering: an IR module becomes a flat list of device steps over planned buffers.
 
-Order of decisions (MIGraphX's ``lowering`` + ``fuse_pointwise`` in one walk; what its ``fuse_ops``
-does, the gpu pipeline's passes in ``fuse/`` have done by now):
-1. fused instructions (attention, layernorm, GEMM and convolution epilogues) lower to one kernel or
-   library call each;
-2. every other pointwise instruction whose only reader is another pointwise instruction is inlined
-   into that reader, so a chain like GELU becomes one kernel; one-element constants become literals
-   in the kernel source;
-3. views (transpose, broadcast, slice, ...) produce no step: a value is (storage, byte offset, strided
+Instructions map to steps one to one (MIGraphX's ``lowering``); what to fuse, the gpu pipeline's passes
+in ``fuse/`` have decided by now:
+1. fused instructions (attention, layernorm, GEMM and convolution epilogues, chains of pointwise ops)
+   lower to one kernel or library call each; a pointwise kernel's one-element constants are literals in
+   its source;
+2. views (transpose, broadcast, slice, ...) produce no step: a value is (storage, byte offset, strided
    shape), and kernels read through the strides;
-4. each remaining instruction becomes one step: a generated kernel, a cuBLASLt GEMM or a cuDNN conv.
-Storages then get arena offsets from ``memory.plan``.
+3. each remaining instruction becomes one step: a generated kernel, a cuBLASLt GEMM or a cuDNN conv.
+What stays here is layout: channels-last activations for 2-D convolutions (``_want_channels_last``)
+and the copies a library call needs. Storages then get arena offsets from ``memory.plan``.
 """
 
 from __future__ import annotations
@@ -29,22 +28,18 @@ from ...ir.shape import Shape
 from ...ir.weights import WeightCache
 from ...switches import env_choice
 from . import kernels as K
+from .fuse.pointwise import is_pointwise, pointwise_groups
 from .kernels.attention import attention_kernel, attention_supported
 from .kernels.spec import KernelSpec, PwConst, PwExpr, PwInput, PwOp, Unsupported
+from .libcalls import EPILOGUE_TYPES, GEMM_TYPES, dnn_conv
 from .memory import Storage, plan
-from .views import is_view, only_user, scalar_value, strided_reshape
+from .views import is_view, scalar_value, strided_reshape
 
 log = logging.getLogger("migraphx_ep.gpu")
 
-GEMM_TYPES = frozenset({DType.float_type, DType.half_type, DType.bf16_type, DType.double_type})
-
-
 # What fuse/ makes besides fused_attention: each one step (a kernel or a library call), or, where its
 # library does not load, the steps of its body.
-FUSED = frozenset({"fused_layernorm", "fused_gemm", "fused_conv"})
-
-# cuBLASLt has bias/residual epilogues for these; double GEMMs run plain with separate adds.
-EPILOGUE_TYPES = frozenset({DType.float_type, DType.half_type, DType.bf16_type})
+FUSED = frozenset({"fused_layernorm", "fused_gemm", "fused_conv", "fused_pointwise"})
 
 
 @dataclass(eq=False)
@@ -130,24 +125,7 @@ class Lowering:
         self.storages: list[Storage] = []
         self.weights: list[Storage] = []
         self.inputs: dict[str, Buf] = {}
-        self.inlined: set[int] = set()
         self._n = 0
-
-    # -- analysis ---------------------------------------------------------------------------------------
-    def _inline_pointwise(self, m: Module) -> None:
-        """Mark each pointwise instruction whose only reader is pointwise: it becomes part of that
-        reader's kernel."""
-        for ins in m.instructions:
-            if not self._pointwise(ins):
-                continue
-            u = only_user(ins)
-            if u is not None and self._pointwise(u) and not u.is_return():
-                self.inlined.add(id(ins))
-
-    def _pointwise(self, ins: Instruction) -> bool:
-        if ins.name not in K.POINTWISE_OPS or ins.module_args:
-            return False
-        return K.pointwise_supported(ins.op, [a.shape.type for a in ins.inputs]) is None
 
     def _conv_on_dnn(self, op: Op, out: Shape) -> bool:
         return self.use_dnn and dnn_conv(op, out)
@@ -172,15 +150,12 @@ class Lowering:
 
     # -- walking ------------------------------------------------------------------------------------------
     def run(self) -> Lowered:
-        self._inline_pointwise(self.m)
         if self.channels_last is None:
             self.channels_last = _want_channels_last(self.m, self.use_dnn)
         ret = None
         for ins in self.m.instructions:
             if ins.is_return():
                 ret = ins
-                continue
-            if id(ins) in self.inlined:
                 continue
             self._lower(ins)
         outs: list[Buf | np.ndarray] = []
@@ -211,8 +186,10 @@ class Lowering:
             self.bufs[id(ins)] = self._weight(ins.op.value, "literal")  # type: ignore[attr-defined]
         elif is_view(ins):
             self.bufs[id(ins)] = self._view(ins)
-        elif self._pointwise(ins):
+        elif ins.name == "fused_pointwise":  # fuse/pointwise.py made it: one kernel for its chain
             self._fused_pointwise(ins)
+        elif is_pointwise(ins):  # a lone pointwise op: a kernel of its own
+            self._pointwise(ins, lambda a: False)
         elif ins.name == "reshape" or ins.name == "flatten" or ins.name == "contiguous":
             src = self.bufs[id(ins.inputs[0])]
             view = None if ins.name == "contiguous" else strided_reshape(src.shape, ins.shape.lens)
@@ -334,12 +311,23 @@ class Lowering:
         return out
 
     # -- pointwise ------------------------------------------------------------------------------------------
-    def _fused_pointwise(self, root: Instruction) -> None:
+    def _fused_pointwise(self, ins: Instruction) -> None:
+        """A ``fused_pointwise`` (``fuse/pointwise.py``): its body as one expression; its parameters are
+        the op's inputs, its one-element constants literals."""
+        body = ins.module_args[0]
+        for p, a in zip(body.get_parameters(), ins.inputs, strict=True):
+            self.bufs[id(p)] = self.bufs[id(a)]
+        root = body.get_return().inputs[0]  # type: ignore[union-attr]
+        self.bufs[id(ins)] = self._pointwise(root, lambda b: not b.is_param() and scalar_value(b) is None)
+
+    def _pointwise(self, root: Instruction, inner: Callable[[Instruction], bool]) -> Buf:
+        """One kernel computing ``root`` from the instructions under it that are ``inner`` (named after
+        ``root``, which, in a fused op's body, is the chain's last op)."""
         inputs: list[Buf] = []
         index: dict[int, int] = {}
 
         def build(ins: Instruction) -> PwExpr:
-            if id(ins) in self.inlined or ins is root:
+            if ins is root or inner(ins):
                 return PwOp(ins.op, tuple(build(a) for a in ins.inputs), ins.shape.type)
             v = scalar_value(ins)
             if v is not None:
@@ -356,6 +344,7 @@ class Lowering:
         spec = K.pointwise_kernel(self._name(root), expr, [b.shape for b in inputs], out.shape)
         self._emit(KernelStep(f"pointwise {root.name}", inputs, [out], spec=spec, expr=expr))
         self.bufs[id(root)] = out
+        return out
 
     def _attention(self, ins: Instruction) -> None:
         args = [self._read(a) for a in ins.inputs]
@@ -390,16 +379,20 @@ class Lowering:
         self.bufs[id(ins)] = out
 
     def _lower_body(self, ins: Instruction) -> None:
-        """A fused op whose library call is missing here (a program optimised where it loads): its body,
-        lowered as any module is, its parameters the op's inputs."""
+        """A fused op whose library call is missing here (a program optimised where it loads, or the
+        conv epilogue switched to ``kernel``): its body, its parameters the op's inputs, its pointwise
+        ops in the kernels ``fuse_pointwise`` would have made of them (the body itself stays the
+        chain it stands for)."""
         body = ins.module_args[0]
         for p, a in zip(body.get_parameters(), ins.inputs, strict=True):
             self.bufs[id(p)] = self.bufs[id(a)]
-        self._inline_pointwise(body)
+        groups = pointwise_groups(body)
         for b in body.instructions:
             if b.is_return():
                 self.bufs[id(ins)] = self.bufs[id(b.inputs[0])]
-            elif not b.is_param() and id(b) not in self.inlined:
+            elif id(b) in groups:  # a root: its group is one kernel
+                self._pointwise(b, _member_of(groups[id(b)]))
+            elif not b.is_param() and not is_pointwise(b):
                 self._lower(b)
 
     def _generic(self, ins: Instruction) -> None:
@@ -483,6 +476,11 @@ class Lowering:
         self.bufs[id(ins)] = out
 
 
+def _member_of(group: list[Instruction]) -> Callable[[Instruction], bool]:
+    ids = {id(g) for g in group}
+    return lambda ins: id(ins) in ids
+
+
 def _epilogue_label(epi: dict[str, bool]) -> str:
     return "".join(f" +{k}" for k in ("bias", "residual", "relu") if epi[k])
 
@@ -490,16 +488,6 @@ def _epilogue_label(epi: dict[str, bool]) -> str:
 def body_op(ins: Instruction, name: str) -> Op:
     """The op of the (first) ``name`` instruction in the body of the fused instruction ``ins``."""
     return next(i.op for i in ins.module_args[0].instructions if i.name == name)
-
-
-def dnn_conv(op: Op, out: Shape) -> bool:
-    """A convolution cuDNN runs (with its fused epilogue): a float type, 1-3 spatial dims, symmetric
-    padding."""
-    if out.type not in GEMM_TYPES or out.ndim() not in (3, 4, 5):
-        return False
-    pad = op.padding  # type: ignore[attr-defined]
-    k = len(pad) // 2
-    return tuple(pad[:k]) == tuple(pad[k:])
 
 
 def nhwc_shape(s: Shape) -> Shape:
@@ -627,7 +615,7 @@ def kernel_supported(ins: Instruction) -> str | None:
         if ins.name == "dot" and ins.shape.type not in GEMM_TYPES:
             return K.supported(ins.op, [a.shape for a in ins.inputs], ins.shape)
         return None
-    if ins.name in K.POINTWISE_OPS:
+    if ins.name in K.POINTWISE_OPS:  # a lone one; fuse/pointwise.py's is_pointwise when supported
         return K.pointwise_supported(ins.op, [a.shape.type for a in ins.inputs])
     return K.supported(ins.op, [a.shape for a in ins.inputs], ins.shape)
 

@@ -15,7 +15,7 @@ from ....ops.fused import FusedConv
 from ....passes.manager import Pass
 from ....passes.rewrite import Pattern, Predicate, op, var
 from ....switches import env_choice
-from ..lowering import dnn_conv
+from ..libcalls import dnn_conv
 from .epilogue import EpilogueRule, bias_along, both
 
 

@@ -19,7 +19,7 @@ from ....ops.fused import FusedGemm
 from ....passes.dead_code_elimination import dead_code_elimination
 from ....passes.manager import Pass
 from ....passes.rewrite import Builder, Pattern, Predicate, Rule, any_of, apply_rules, once, op, var
-from ..lowering import EPILOGUE_TYPES
+from ..libcalls import EPILOGUE_TYPES
 from .epilogue import EpilogueRule, bias_along, both
 
 
