@@ -16,6 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
+from migraphx_ep.targets.gpu.kernels.headers import HEADERS, INCLUDE_DIR
 from migraphx_ep.targets.gpu.kernels.spec import KernelSpec
 
 HAVE_GXX = shutil.which("g++") is not None
@@ -100,11 +101,12 @@ def build(spec: KernelSpec, tmp: Path) -> ctypes.CDLL:
     ptrs = [f"mx_any{{ptrs[{k}]}}" for k in range(spec.n_inputs + spec.n_outputs)]
     call = f"{spec.name}({', '.join(ptrs + [f'sc[{k}]' for k in range(len(spec.args))])})"
     source = SHIM + spec.source + LAUNCH.replace("$CALL", call)
-    key = hashlib.sha256(source.encode()).hexdigest()[:16]
+    key = hashlib.sha256((HEADERS.digest + source).encode()).hexdigest()[:16]
     src, lib = tmp / f"{key}.cpp", tmp / f"{key}.so"
     if not lib.exists():
         src.write_text(source)
-        cmd = ["g++", "-std=c++20", "-O1", "-w", "-shared", "-fPIC", "-pthread", "-o", str(lib), str(src)]
+        cmd = ["g++", "-std=c++20", "-O1", "-w", "-shared", "-fPIC", "-pthread", "-I", str(INCLUDE_DIR)]
+        cmd += ["-o", str(lib), str(src)]
         subprocess.run(cmd, check=True, capture_output=True, text=True)
     return ctypes.CDLL(str(lib))
 

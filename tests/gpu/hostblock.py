@@ -20,6 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
+from migraphx_ep.targets.gpu.kernels.headers import HEADERS, INCLUDE_DIR
 from migraphx_ep.targets.gpu.kernels.spec import KernelSpec
 
 HAVE_GXX = shutil.which("g++") is not None
@@ -140,11 +141,25 @@ extern "C" int mx_sim_launch(void** p, unsigned long long* s, int np, int thread
 
 def build(spec: KernelSpec, tmp: Path) -> ctypes.CDLL:
     source = SHIM + spec.source + RUNNER % spec.name
-    key = hashlib.sha256(source.encode()).hexdigest()[:16]  # dlopen reuses a path it has seen
+    key = hashlib.sha256((HEADERS.digest + source).encode()).hexdigest()[
+        :16
+    ]  # dlopen reuses a path it has seen
     src, lib = tmp / f"blk{key}.cpp", tmp / f"blk{key}.so"
     if not lib.exists():
         src.write_text(source)
-        cmd = ["g++", "-std=c++17", "-O1", "-w", "-shared", "-fPIC", "-o", str(lib), str(src)]
+        cmd = [
+            "g++",
+            "-std=c++17",
+            "-O1",
+            "-w",
+            "-shared",
+            "-fPIC",
+            "-I",
+            str(INCLUDE_DIR),
+            "-o",
+            str(lib),
+            str(src),
+        ]
         subprocess.run(cmd, check=True, capture_output=True, text=True)
     return ctypes.CDLL(str(lib))
 

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
+from migraphx_ep.targets.gpu.kernels.headers import HEADERS, INCLUDE_DIR
 from migraphx_ep.targets.gpu.kernels.spec import KernelSpec
 
 GXX = shutil.which("g++")
@@ -95,12 +96,12 @@ extern "C" void mx_launch(void** p, const unsigned long long* a, unsigned gx, un
 
 
 def build(spec: KernelSpec, tmp: Path) -> ctypes.CDLL:
-    """The kernel and a launcher as a shared library (named by the source's hash)."""
+    """The kernel and a launcher as a shared library (named by the hash of the source and headers)."""
     n_ptr = spec.n_inputs + spec.n_outputs + (1 if spec.checks else 0)
     scalar = "unsigned long long" if spec.arg_bits == 64 else "unsigned"
     args = [f"mx_any{{p[{i}]}}" for i in range(n_ptr)] + [f"({scalar})a[{i}]" for i in range(len(spec.args))]
     source = SHIM + spec.source + LAUNCHER.replace("CALL", f"{spec.name}({', '.join(args)})")
-    key = hashlib.sha256(source.encode()).hexdigest()[:16]
+    key = hashlib.sha256((HEADERS.digest + source).encode()).hexdigest()[:16]
     src, lib = tmp / f"{key}.cpp", tmp / f"{key}.so"
     if not lib.exists():
         src.write_text(source)
@@ -112,6 +113,8 @@ def build(spec: KernelSpec, tmp: Path) -> ctypes.CDLL:
             "-pthread",
             "-shared",
             "-fPIC",
+            "-I",
+            str(INCLUDE_DIR),
             "-o",
             str(lib),
             str(src),

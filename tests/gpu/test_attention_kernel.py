@@ -18,6 +18,7 @@ from migraphx_ep.passes import DEAD_CODE_ELIMINATION, run_passes
 from migraphx_ep.targets.gpu import nvrtc
 from migraphx_ep.targets.gpu.fuse import FUSE_ATTENTION
 from migraphx_ep.targets.gpu.kernels.attention import attention_kernel, operand_shapes
+from migraphx_ep.targets.gpu.kernels.headers import included
 from migraphx_ep.targets.gpu.kernels.spec import KernelSpec
 from migraphx_ep.targets.gpu.views import strided_reshape
 
@@ -41,7 +42,7 @@ def spec_of(f: Instruction, name: str = "k_attention") -> KernelSpec:
 
 
 def schedule(spec: KernelSpec) -> str:
-    return "mma" if "mma.sync" in spec.source else "simt"
+    return "mma" if "mx_attention_mma.cuh" in included(spec.source) else "simt"
 
 
 # -- NVRTC ------------------------------------------------------------------------------------------------
@@ -69,7 +70,7 @@ BF16_CONFIGS = [
 @pytest.mark.parametrize("c,sched", CONFIGS + BF16_CONFIGS, ids=str)
 def test_kernel_compiles(c: Chain, sched: str) -> None:
     spec = spec_of(fused_op(c))
-    assert schedule(spec) == sched and "#include" not in spec.source
+    assert schedule(spec) == sched and included(spec.source)[:2] == ["mx_prelude.cuh", "mx_attention.cuh"]
     assert spec.block == (128, 1, 1) and spec.grid[0] >= 1 and spec.shared_bytes <= 227 * 1024
     assert nvrtc.compile_source(spec.source, "sm_90", spec.name)
 

@@ -16,6 +16,7 @@ from migraphx_ep.targets import get_target
 from migraphx_ep.targets.gpu import nvrtc
 from migraphx_ep.targets.gpu.errors import device_error
 from migraphx_ep.targets.gpu.kernels import gqa as KG
+from migraphx_ep.targets.gpu.kernels.headers import included
 from migraphx_ep.targets.gpu.lowering import KernelStep, lower
 from migraphx_ep.targets.gpu.simulate import Memory, _step
 
@@ -36,7 +37,8 @@ CONFIGS = {
 
 
 def _compile(spec) -> None:
-    assert "#include" not in spec.source
+    first, section = included(spec.source)  # the prelude, then the kernel's own part of the device code
+    assert first == "mx_prelude.cuh" and f"  {section.removesuffix('.cuh')}({{" in spec.source
     assert spec.block[0] <= 1024 and 1 <= spec.grid[0] < 2**31 and spec.grid[1] <= 65535
     assert nvrtc.compile_source(spec.source, "sm_90", spec.name)
 

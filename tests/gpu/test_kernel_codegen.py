@@ -18,6 +18,7 @@ from migraphx_ep.ir.shape import Shape
 from migraphx_ep.ops.base import BinaryOp
 from migraphx_ep.targets.gpu import kernels as K
 from migraphx_ep.targets.gpu import nvrtc
+from migraphx_ep.targets.gpu.kernels.headers import HEADERS, included
 from migraphx_ep.targets.gpu.kernels.resize import resize_tables
 from migraphx_ep.targets.gpu.kernels.spec import PwConst, PwInput, PwOp
 
@@ -39,7 +40,8 @@ def compile_spec(spec: K.KernelSpec) -> None:
     assert (
         spec.source.count(f'extern "C" __global__ void __launch_bounds__({spec.block[0]}) {spec.name}(') == 1
     )
-    assert "#include" not in spec.source
+    includes = included(spec.source)  # package headers only (NVRTC gets no toolkit headers)
+    assert includes[0] == "mx_prelude.cuh" and set(includes) <= set(HEADERS.texts)
     assert spec.block[0] * spec.block[1] * spec.block[2] <= 1024 and 1 <= spec.grid[0] < 2**31
     assert spec.grid[1] <= 65535 and spec.grid[2] <= 65535
     assert nvrtc.compile_source(spec.source, ARCH, spec.name)

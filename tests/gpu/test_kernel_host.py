@@ -23,6 +23,7 @@ from migraphx_ep.ir.shape import Shape
 from migraphx_ep.ops.pointwise import zero_divisor_message
 from migraphx_ep.targets.gpu import kernels as K
 from migraphx_ep.targets.gpu.errors import device_error
+from migraphx_ep.targets.gpu.kernels.headers import HEADERS, INCLUDE_DIR
 from migraphx_ep.targets.gpu.kernels.prelude import BLOCK
 from migraphx_ep.targets.gpu.kernels.spec import KernelSpec, PwConst, PwInput, PwOp
 
@@ -53,13 +54,26 @@ extern "C" void mx_set_thread(unsigned t) { threadIdx.x = t; }
 
 
 def build(spec: KernelSpec, tmp: Path) -> ctypes.CDLL:
-    # Named by the source's hash: dlopen hands back an already loaded library for a path it has seen.
-    key = hashlib.sha256(spec.source.encode()).hexdigest()[:16]
+    # Named by the source's (and headers') hash: dlopen hands back an already loaded library for a path
+    # it has seen.
+    key = hashlib.sha256((HEADERS.digest + spec.source).encode()).hexdigest()[:16]
     src, lib = tmp / f"{key}.cpp", tmp / f"{key}.so"
     if lib.exists():
         return ctypes.CDLL(str(lib))
     src.write_text(SHIM + spec.source)
-    cmd = ["g++", "-std=c++17", "-O1", "-w", "-shared", "-fPIC", "-o", str(lib), str(src)]
+    cmd = [
+        "g++",
+        "-std=c++17",
+        "-O1",
+        "-w",
+        "-shared",
+        "-fPIC",
+        "-I",
+        str(INCLUDE_DIR),
+        "-o",
+        str(lib),
+        str(src),
+    ]
     subprocess.run(cmd, check=True, capture_output=True, text=True)
     return ctypes.CDLL(str(lib))
 

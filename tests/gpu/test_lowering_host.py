@@ -22,6 +22,7 @@ from migraphx_ep.targets import get_target
 from migraphx_ep.targets.gpu import simulate
 from migraphx_ep.targets.gpu.decompose import gpu_pipeline
 from migraphx_ep.targets.gpu.errors import device_error
+from migraphx_ep.targets.gpu.kernels.headers import expand
 from migraphx_ep.targets.gpu.kernels.spec import canonical
 from migraphx_ep.targets.gpu.lowering import Buf, KernelStep, lower
 
@@ -39,9 +40,8 @@ def address(mem: simulate.Memory, b: Buf) -> int:
 def runs_here(spec) -> bool:
     """What the fiber shim models: static shared memory, block barriers, full-warp shuffles (kernels
     with dynamic shared memory or ``__syncwarp``, such as fused attention, stay with the simulator)."""
-    return (
-        not spec.shared_bytes and "__syncwarp" not in spec.source and "extern __shared__" not in spec.source
-    )
+    text = expand(spec.source)  # with the headers' code: a header may hold the __syncwarp
+    return not spec.shared_bytes and "__syncwarp" not in text and "extern __shared__" not in text
 
 
 @pytest.fixture(scope="module")

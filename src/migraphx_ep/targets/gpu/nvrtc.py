@@ -1,11 +1,13 @@
-"""Run-time compilation of generated CUDA C++ to device code (NVRTC), cached by source hash.
+"""Run-time compilation of generated CUDA C++ to device code (NVRTC), cached by hash.
 
-Sources are self-contained: they include no CUDA headers (NVRTC wheels ship none), so the prelude in
-``kernels/prelude.py`` defines the few helpers kernels need. A compiled image is keyed by a hash of the
-source, the architecture and the options, in memory and, when ``MIGRAPHX_EP_KERNEL_CACHE`` names a
-folder, on disk, so a second compile of the same kernel costs a dictionary lookup. Each outcome is
-counted for the process (``compile_count``, ``cache_stats``) and for the compile being timed
-(``timing``: stage ``nvrtc``, counts ``compiled``, ``cache hits``, ``disk hits``).
+A generated source is short: it includes the package's device headers (``kernels/include/*.cuh``, read
+once by ``kernels/headers.py``), which NVRTC gets by name through ``nvrtcCreateProgram``; no CUDA
+toolkit header is included (NVRTC wheels ship none). A compiled image is keyed by a hash of the source,
+every header's text, the architecture and the options, in memory and, when ``MIGRAPHX_EP_KERNEL_CACHE``
+names a folder, on disk, so a second compile of the same kernel costs a dictionary lookup and an edited
+header never reuses an old image. Each outcome is counted for the process (``compile_count``,
+``cache_stats``) and for the compile being timed (``timing``: stage ``nvrtc``, counts ``compiled``,
+``cache hits``, ``disk hits``).
 """
 
 from __future__ import annotations
@@ -17,6 +19,8 @@ from pathlib import Path
 
 from ... import timing
 from .backend import nvrtc
+from .kernels import headers
+from .kernels.headers import Headers
 
 _CACHE: dict[str, bytes] = {}
 _LOCK = threading.Lock()
@@ -35,9 +39,11 @@ def _check(result: tuple, what: str) -> tuple:
     return result[1:]
 
 
-def source_key(source: str, arch: str, options: tuple[str, ...] = ()) -> str:
+def source_key(source: str, arch: str, options: tuple[str, ...] = (), hdrs: Headers | None = None) -> str:
+    """The image's key: ``source``, the headers' digest (``hdrs``, by default ``headers.HEADERS``),
+    ``arch`` and the options. The key of a stored program's images too (``executable.py``)."""
     h = hashlib.sha256()
-    for part in (source, arch, *DEFAULT_OPTIONS, *options):
+    for part in (source, (hdrs or headers.HEADERS).digest, arch, *DEFAULT_OPTIONS, *options):
         h.update(part.encode())
         h.update(b"\0")
     return h.hexdigest()
@@ -50,7 +56,8 @@ def _disk_dir() -> Path | None:
 
 def compile_source(source: str, arch: str, name: str = "kernel", options: tuple[str, ...] = ()) -> bytes:
     """Device code (a cubin for ``arch`` such as ``sm_90``) for ``source``, compiled at most once."""
-    key = source_key(source, arch, options)
+    hdrs = headers.HEADERS  # one snapshot for the key and the compile
+    key = source_key(source, arch, options, hdrs)
     with _LOCK:
         hit = _CACHE.get(key)
     if hit is not None:
@@ -61,7 +68,7 @@ def compile_source(source: str, arch: str, name: str = "kernel", options: tuple[
         image = (disk / f"{key}.cubin").read_bytes()
         _count("disk hits")
     else:
-        image = _compile(source, arch, name, options)
+        image = _compile(source, hdrs, arch, name, options)
         _count("compiled")
         if disk is not None:
             disk.mkdir(parents=True, exist_ok=True)
@@ -91,8 +98,12 @@ def cache_stats() -> dict[str, int]:
         return dict(_STATS)
 
 
-def _compile(source: str, arch: str, name: str, options: tuple[str, ...]) -> bytes:
-    (prog,) = _check(nvrtc.nvrtcCreateProgram(source.encode(), f"{name}.cu".encode(), 0, [], []), "create")
+def _compile(source: str, hdrs: Headers, arch: str, name: str, options: tuple[str, ...]) -> bytes:
+    # Every header goes in (a few tens of KB): NVRTC reads only those the source, or a header, includes.
+    texts = [t.encode() for t in hdrs.texts.values()]
+    names = [n.encode() for n in hdrs.texts]
+    created = nvrtc.nvrtcCreateProgram(source.encode(), f"{name}.cu".encode(), len(texts), texts, names)
+    (prog,) = _check(created, "create")
     try:
         opts = [f"--gpu-architecture={arch}".encode(), *(o.encode() for o in DEFAULT_OPTIONS)]
         opts += [o.encode() for o in options]

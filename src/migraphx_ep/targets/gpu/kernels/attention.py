@@ -32,6 +32,7 @@ from ....ir.operation import Op
 from ....ir.shape import Shape
 from ....switches import env_int
 from ..views import strided_reshape
+from .headers import include
 from .params import Params
 from .prelude import PRELUDE, c_literal, c_type, index_type, offset, signature, span
 from .spec import KernelSpec, Unsupported
@@ -41,13 +42,8 @@ MAX_HEAD = 256
 THREADS = 128  # 4 warps, both schedules
 NEG_INF = c_literal(float("-inf"), DType.float_type)
 
-# Pieces both schedules use: the host test shim replaces MX_SMEM (dynamic shared memory).
-HEADER = r"""
-#ifndef MX_SMEM
-#define MX_SMEM extern __shared__ __align__(16) u8 mx_smem[]
-#endif
-struct mx_fmaxf_f { MX_DEV float operator()(float a, float b) const { return fmaxf(a, b); } };
-"""
+# What both schedules include after the prelude (MX_SMEM, mx_fmaxf_f): include/mx_attention.cuh.
+HEADER = include("mx_attention.cuh")
 
 
 @dataclass(frozen=True)

@@ -14,8 +14,9 @@ are padded by 8 elements, so the 32-bit fragment loads of a warp hit 32 differen
 as 16-byte vectors when a tensor's head columns are contiguous and its other strides and address allow
 (a run-time flag and an alignment test), element by element otherwise.
 
-Before sm_80, and on a host compiling this source with a shim (how it is tested), ``mx_mma`` swaps the
-fragments through shared memory and multiplies them in float: the same layouts, slowly.
+The fragment helpers and ``mx_mma`` are in ``include/mx_attention_mma.cuh``. Before sm_80, and on a host
+compiling this source with a shim (how it is tested), ``mx_mma`` swaps the fragments through shared memory
+and multiplies them in float: the same layouts, slowly.
 """
 
 from __future__ import annotations
@@ -24,45 +25,12 @@ from ....ir.dtypes import DType
 from ....ir.operation import Op
 from ....ir.shape import Shape
 from .attention import HEADER, NEG_INF, THREADS, Problem, Source
+from .headers import include
 from .prelude import PRELUDE
 from .spec import KernelSpec
 
 BM = BN = 64
 PAD = 8  # elements added to every shared row: 16 bytes, keeps vector stores aligned
-
-MMA = r"""
-MX_DEV u32 mx_ld32(const u16* p) { return *reinterpret_cast<const u32*>(p); }
-MX_DEV u16 mx_bits(float x) { return mx_cvt<mx_e>(x).bits; }
-MX_DEV u32 mx_pack(float lo, float hi) { return (u32)mx_bits(lo) | ((u32)mx_bits(hi) << 16); }
-MX_DEV float mx_lo(u32 x) { return mx_ld(mx_e{(u16)(x & 0xffffu)}); }
-MX_DEV float mx_hi(u32 x) { return mx_ld(mx_e{(u16)(x >> 16)}); }
-// c += a * b for one warp: A 16x16 row-major (4 regs), B 16x8 column-major (2 regs), C 16x8 float.
-MX_DEV void mx_mma(float* c, const u32* a, const u32* b) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.$AB.$AB.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-      "{%0, %1, %2, %3};\n"
-      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
-#else
-  __shared__ float mx_fa[4][16][17], mx_fb[4][16][9];
-  const u32 lane = threadIdx.x % 32u, w = threadIdx.x / 32u, g = lane / 4u, t2 = lane % 4u * 2u;
-  float (*A)[17] = mx_fa[w];
-  float (*B)[9] = mx_fb[w];
-  A[g][t2] = mx_lo(a[0]); A[g][t2 + 1] = mx_hi(a[0]);
-  A[g + 8][t2] = mx_lo(a[1]); A[g + 8][t2 + 1] = mx_hi(a[1]);
-  A[g][t2 + 8] = mx_lo(a[2]); A[g][t2 + 9] = mx_hi(a[2]);
-  A[g + 8][t2 + 8] = mx_lo(a[3]); A[g + 8][t2 + 9] = mx_hi(a[3]);
-  B[t2][g] = mx_lo(b[0]); B[t2 + 1][g] = mx_hi(b[0]); B[t2 + 8][g] = mx_lo(b[1]); B[t2 + 9][g] = mx_hi(b[1]);
-  __syncwarp();
-  for (int k = 0; k < 16; ++k) {
-    c[0] += A[g][k] * B[k][t2]; c[1] += A[g][k] * B[k][t2 + 1];
-    c[2] += A[g + 8][k] * B[k][t2]; c[3] += A[g + 8][k] * B[k][t2 + 1];
-  }
-  __syncwarp();
-#endif
-}
-"""
 
 
 def _round16(n: int) -> int:
@@ -243,7 +211,10 @@ def mma_kernel(name: str, op: Op, p: Problem, inputs: list[Shape], out: Shape) -
         "  }",
     ]
     ab = "bf16" if p.t == DType.bf16_type else "f16"
-    head = PRELUDE + HEADER + src.functions() + MMA.replace("$AB", ab)
+    # The PTX type of mma.sync: a macro the header splices into its asm string (one literal).
+    head = (
+        PRELUDE + HEADER + src.functions() + f'#define MX_MMA_AB "{ab}"\n' + include("mx_attention_mma.cuh")
+    )
     source = head + src.signature(THREADS) + " {\n" + "\n".join(body) + "\n}\n"
     shared = 2 * (BM * qst + BN * kst + DVP * vst)
     return src.spec(source, THREADS, shared)

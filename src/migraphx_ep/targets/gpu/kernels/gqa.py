@@ -1,9 +1,10 @@
 """GroupQueryAttention kernels: the KV-cache update, the attention rows, and a flash-decoding combine.
 
-Semantics are ``ops/gqa.py``'s. ``seqlens_k`` and ``total_sequence_length`` are read from device memory
-at run time, so the per-batch past length P_b and valid length T_b never reach the source or the
-compile key; B, S, the present and past lengths, the rotary table length and every stride are run-time
-sizes too (``Params``: one compiled kernel per head layout and attribute set). What the source bakes:
+Semantics are ``ops/gqa.py``'s; the device code is ``include/mx_gqa*.cuh``, a header per kernel.
+``seqlens_k`` and ``total_sequence_length`` are read from device memory at run time, so the per-batch
+past length P_b and valid length T_b never reach the source or the compile key; B, S, the present and
+past lengths, the rotary table length and every stride are run-time sizes too (``Params``: one compiled
+kernel per head layout and attribute set). What the source bakes:
 the element type, head size D, heads, rotary width and layout, causal/window/softcap/scale, and the
 softmax's extra logit (smooth softmax or a head sink).
 
@@ -30,7 +31,7 @@ from ....ir.dtypes import DType
 from ....ir.shape import Shape
 from ....ops import gqa
 from ....ops.gqa import GroupQueryAttention
-from .gqa_device import GQA_ATTEND, GQA_COMBINE, GQA_COMMON, GQA_UPDATE
+from .headers import include
 from .params import Params
 from .prelude import BLOCK, PRELUDE, c_literal, c_type, grid_for, index_type, signature, span
 from .spec import Check, KernelSpec
@@ -120,11 +121,12 @@ def checks(op: GroupQueryAttention) -> tuple[Check, ...]:
 
 
 def _kernel(
-    name: str, lay: GqaLayout, idx: str, device: str, consts: str, ins: list[str | None], outs: list[str],
-    call: str, sizes: list[int], grid: tuple[int, int, int], threads: int, chk: tuple[Check, ...] = (),
+    name: str, lay: GqaLayout, idx: str, consts: str, ins: list[str | None], outs: list[str], call: str,
+    sizes: list[int], grid: tuple[int, int, int], threads: int, chk: tuple[Check, ...] = (),
 ) -> KernelSpec:  # fmt: skip
-    """A kernel calling ``call`` with one pointer per element of ``ins`` (a C type; None: absent, passed as
-    nullptr), the outputs, the error slot when checked, and ``sizes`` (run-time arguments by default)."""
+    """A kernel defining the constants ``consts`` (after the layout's), including ``{call}.cuh`` and
+    calling ``call`` with one pointer per element of ``ins`` (a C type; None: absent, passed as nullptr),
+    the outputs, the error slot when checked, and ``sizes`` (run-time arguments by default)."""
     p = Params(idx)
     present = [t for t in ins if t is not None]
     names, k = [], 0
@@ -134,7 +136,7 @@ def _kernel(
     names += [f"out{i}" for i in range(len(outs))] + (["err"] if chk else [])
     args = ", ".join(names + [p(v) for v in sizes])
     sig = signature(name, present, outs, threads=threads, checked=bool(chk), scalars=p.decls())
-    head = PRELUDE + lay.consts() + f"typedef {idx} IDX;\n" + consts + GQA_COMMON + device
+    head = PRELUDE + lay.consts() + f"typedef {idx} IDX;\n" + consts + include(f"{call}.cuh")
     src = head + sig + f" {{\n  {call}({{{args}}});\n}}\n"
     bits = 64 if idx == "u64" else 32
     return KernelSpec(
@@ -157,9 +159,7 @@ def gqa_update_kernel(
     ins = [t, t, opt, opt, "i32", "i32", *([t if cos is not None else None] * 2)]
     idx = index_type(span(k, v, present, *(past or ())))
     grid = grid_for(present.elements() * k.type_size() // 16)
-    return _kernel(
-        name, lay, idx, GQA_UPDATE, "", ins, [t, t], "mx_gqa_update", sizes, grid, BLOCK, checks(lay.op)
-    )
+    return _kernel(name, lay, idx, "", ins, [t, t], "mx_gqa_update", sizes, grid, BLOCK, checks(lay.op))
 
 
 def attention_splits(lay: GqaLayout, b: int, s: int, present_len: int) -> int:
@@ -196,7 +196,7 @@ def gqa_attend_kernel(
     idx = index_type(span(q, present, part))
     grid = (max(1, -(-rows // WARPS)), splits, 1)
     out = "float" if split else t
-    return _kernel(name, lay, idx, GQA_ATTEND, consts, ins, [out], "mx_gqa_attend", sizes, grid, WARPS * 32)
+    return _kernel(name, lay, idx, consts, ins, [out], "mx_gqa_attend", sizes, grid, WARPS * 32)
 
 
 def gqa_combine_kernel(name: str, lay: GqaLayout, part: Shape, out: Shape) -> KernelSpec:
@@ -206,6 +206,4 @@ def gqa_combine_kernel(name: str, lay: GqaLayout, part: Shape, out: Shape) -> Ke
     ins = ["float", t if lay.op.has_sink else None]
     grid = (max(1, -(-rows // WARPS)), 1, 1)
     idx = index_type(span(part, out))
-    return _kernel(
-        name, lay, idx, GQA_COMBINE, "", ins, [t], "mx_gqa_combine", [rows, splits], grid, WARPS * 32
-    )
+    return _kernel(name, lay, idx, "", ins, [t], "mx_gqa_combine", [rows, splits], grid, WARPS * 32)

@@ -42,12 +42,6 @@ from .reduce import SOFTMAX_OPS, acc_type, fastest
 from .spec import KernelSpec, Unsupported
 
 _SHORT = 256  # rows up to this long share a warp: lanes per row chosen at run time, 8 elements a lane
-# A butterfly over groups of ``w`` lanes, ``w`` a run-time power of two <= 32 equal across the warp.
-_GROUP_REDUCE = """template <class S, class F> MX_DEV S mx_group_reduce(S s, F f, u32 w) {
-  for (u32 m = w / 2u; m > 0u; m >>= 1) s = f(s, mx_shfl_xor(s, (int)m));
-  return s;
-}
-"""
 
 
 def row_class(n: int) -> tuple[int, int]:
@@ -113,10 +107,7 @@ class _Rows:
         ptrs = [f"in{k}" for k in range(tensors - 1)] + ["out0"]
         args = ", ".join(ptrs + [f"p{k}" for k in range(len(p.values))])
         bases = ", ".join(f"b{k} = mx_base(row, {k})" for k in range(tensors))
-        head = (
-            _GROUP_REDUCE
-            + f"template <int V> MX_DEV void mx_row({params}, {idx} row, bool ok, u32 t, u32 tpr) {{\n"
-        )
+        head = f"template <int V> MX_DEV void mx_row({params}, {idx} row, bool ok, u32 t, u32 tpr) {{\n"
         head += f"  constexpr int PER = {self.per} / V;\n" + lambdas
         head += f"  const {idx} {bases};\n" + "\n".join(body) + "\n}\n"
         if self.tpr == BLOCK:

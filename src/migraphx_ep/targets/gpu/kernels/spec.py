@@ -44,7 +44,7 @@ class Check:
 @dataclass(frozen=True)
 class KernelSpec:
     name: str  # the extern "C" symbol
-    source: str  # complete CUDA C++: includes nothing, starts with the prelude
+    source: str  # CUDA C++ including only the package's headers (headers.py), the prelude first
     grid: tuple[int, int, int]
     block: tuple[int, int, int]
     shared_bytes: int = 0  # dynamic shared memory
