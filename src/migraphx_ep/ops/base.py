@@ -3,10 +3,10 @@
 An elementwise op's ``cpp`` is its one device meaning: a C expression over its
 inputs' compute values ``{0}``, ``{1}``..., with ``{C}`` the compute type (float for half and bfloat16)
 and ``{attr}`` an attribute of the op as a literal of that type. It may call the ``mx_*`` helpers of the
-gpu target's kernel prelude (targets/gpu/kernels/prelude.py), which give C numpy's meaning where C's
-own differs: NaN through max/min/relu, wrapping integer arithmetic, integer division and shifts, the
-sign of zero, correctly rounded erf/pow. The gpu kernel generator reads nothing else, and the tests
-compile and run every op's expression against ``fn`` (tests/gpu/test_kernel_host.py).
+gpu target's kernel prelude (targets/gpu/kernels/include/mx_prelude.cuh), which give C numpy's
+meaning where C's own differs: NaN through max/min/relu, wrapping integer arithmetic, integer division
+and shifts, the sign of zero, correctly rounded erf/pow. The gpu kernel generator reads nothing else,
+and the tests compile and run every op's expression against ``fn`` (tests/gpu/test_kernel_host.py).
 """
 
 from __future__ import annotations
