@@ -171,6 +171,37 @@ def test_every_byte_flip_errors_or_is_harmless(tmp_path):
     assert harmless < len(data) // 30
 
 
+def test_a_flipped_byte_in_a_large_weight_names_that_weight(tmp_path):
+    """Weights over 1 MiB are checksummed on a thread pool; the error still names the first bad one."""
+    p = Program()
+    m = p.get_main_module()
+    x = m.add_parameter("x", Shape(DType.float_type, [3, 1 << 17]))
+    big = [RNG.standard_normal((1, 1 << 17)).astype(np.float32) for _ in range(3)]  # 512 KiB each...
+    big[1] = np.tile(big[1], (3, 1))  # ...but this one is 1.5 MiB
+    m.add_literal(np.float32(2.0))
+    for w in big:
+        x = m.add_instruction(
+            make_op("add"),
+            [x, m.add_instruction(make_op("multibroadcast", out_lens=[3, 1 << 17]), [m.add_literal(w)])],
+        )
+    m.add_return([x])
+    src = tmp_path / "p.mxr"
+    mxr.save(p, src)
+    assert mxr.load(src) == p
+    data = bytearray(src.read_bytes())
+    at = bytes(data).find(big[1].tobytes()[:64])
+    for k, i in enumerate((at + 1000, bytes(data).find(big[2].tobytes()[:64]) + 7)):
+        bad = bytearray(data)
+        bad[i] ^= 0x5A
+        (tmp_path / "bad.mxr").write_bytes(bytes(bad))
+        with pytest.raises(MxrError, match=r"weight \d+ fails its checksum") as e:
+            mxr.load(tmp_path / "bad.mxr")
+        assert str(e.value).count("weight") == 1
+        if k == 0:
+            first = str(e.value)
+    assert first != str(e.value)  # the two flips name different weights
+
+
 def test_foreign_files(tmp_path):
     f = tmp_path / "x.mxr"
     for content, why in [

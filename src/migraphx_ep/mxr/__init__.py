@@ -24,6 +24,7 @@ import sys
 import tempfile
 import zlib
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import IO, Any
 
@@ -40,6 +41,7 @@ PRODUCER = "migraphx_ep"
 FORMATS = ("msgpack", "json")
 _CHUNK = 1 << 30  # msgpack bin32 holds < 4 GiB; larger weights are written as consecutive chunks
 _BIN_LEN_BYTES = {0xC4: 1, 0xC5: 2, 0xC6: 4}
+_PARALLEL_CRC = 1 << 20  # weights larger than this are checksummed on a thread pool
 
 
 @dataclass
@@ -221,6 +223,17 @@ class _Reader:
                 return
 
 
+def _failed_checksums(weights: list[np.ndarray], crcs: list[int]) -> list[int]:
+    """Indices of the weights whose CRC-32 is not the recorded one. Large ones are checked on a thread
+    pool (zlib releases the GIL): one after the other, BERT-base's 110 MB took 0.12 s of every load."""
+    big = [i for i, w in enumerate(weights) if w.nbytes > _PARALLEL_CRC]
+    sums = {i: zlib.crc32(w) for i, w in enumerate(weights) if w.nbytes <= _PARALLEL_CRC}
+    if big:
+        with ThreadPoolExecutor(min(len(big), os.cpu_count() or 1, 16)) as pool:
+            sums.update(zip(big, pool.map(lambda i: zlib.crc32(weights[i]), big), strict=True))
+    return [i for i, c in enumerate(crcs) if sums[i] != c]
+
+
 def _unpack(data: bytes, what: str, crc: int | None, path: PathLike) -> Any:
     if crc is not None and zlib.crc32(data) != crc:
         raise MxrError(path, f"corrupt file: the {what} section fails its checksum")
@@ -289,14 +302,15 @@ def _read_msgpack(path: PathLike, with_program: bool) -> MxrFile:
         except (KeyError, TypeError, ValueError):
             raise MxrError(path, "corrupt program section: bad weight table") from None
         weights = []
-        for i, (nbytes, c) in enumerate(records):
+        for i, (nbytes, _) in enumerate(records):
             buf = np.empty(nbytes, dtype=np.uint8)
             r.read_into(memoryview(buf), f"weight {i}")
-            if zlib.crc32(buf) != c:
-                raise MxrError(path, f"corrupt file: weight {i} fails its checksum")
             weights.append(buf)
         if f.read(1):
             raise MxrError(path, "corrupt file: unexpected data after the last weight")
+    bad = _failed_checksums(weights, [c for _, c in records])
+    if bad:
+        raise MxrError(path, f"corrupt file: weight {bad[0]} fails its checksum")
     return MxrFile(decode_program(spec, weights, target, compiled, path), metadata, compiled, target, header)
 
 
