@@ -14,7 +14,8 @@ back there, as ORT's numpy I/O does). ``--steady`` then compares, for a few of t
 session with a Run in a session whose first (fully specialised, timed-search) compile was that shape.
 
 Ours also reports the compiles that ran on the background thread (``background_compiles``: batch sizes
-served by a larger batch's program meanwhile, ep/batch_serve.py), how long they went on after the last
+served by a larger batch's program meanwhile, ep/batch_serve.py), how many gave way to a compile on a
+Run's critical path and started over (``background_preempted``), how long they went on after the last
 call (``background_drain_s``), and NVRTC compiles after the first call inside the calls
 (``nvrtc_compiles_after_first``, which also counts a background compile's that overlaps a call) and in
 all (``nvrtc_compiles_after_first_all``).
@@ -125,6 +126,7 @@ def run_system(system: str, path: str, model, seq, fp16: bool, seed: int, torch_
     stages = CompileTimes()  # where the compiles after the first call spent their time (ours)
     start = time.perf_counter()
     done0 = background.done if background else 0
+    preempted0 = getattr(background, "preempted", 0)
     nvrtc_first = 0
     for i, dims in enumerate(seq):
         feeds = _feeds(model, dims, rng)
@@ -155,6 +157,8 @@ def run_system(system: str, path: str, model, seq, fp16: bool, seed: int, torch_
         background.wait()
         rec["background_drain_s"] = time.perf_counter() - t
         rec["background_compiles"] = background.done - done0
+        # Background compiles that gave way to a new shape's compile and started over (ep/background.py)
+        rec["background_preempted"] = getattr(background, "preempted", 0) - preempted0
     if counters:
         # NVRTC inside the calls (the critical path), and in all after the first call (background too)
         rec["nvrtc_compiles_after_first"] = nvrtc_after_first

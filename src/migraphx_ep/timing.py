@@ -121,8 +121,21 @@ def record(into: CompileTimes | None = None) -> Iterator[CompileTimes]:
             outer.nested += frame.nested  # what no stage covered here stays the outer stage's own time
 
 
+# Called as each stage begins: where a background compile gives way to one on a Run's critical path
+# (ep/background.py sets it; it raises there and returns at once everywhere else).
+_checkpoint: Callable[[str], None] | None = None
+
+
+def set_checkpoint(fn: Callable[[str], None] | None) -> None:
+    global _checkpoint
+    _checkpoint = fn
+
+
 def stage(name: str) -> AbstractContextManager[None]:
-    """Add the block's own seconds (less those of stages inside it) to ``name`` in the active record."""
+    """Add the block's own seconds (less those of stages inside it) to ``name`` in the active record.
+    A stage's start is a checkpoint (``set_checkpoint``)."""
+    if _checkpoint is not None:
+        _checkpoint(name)
     outer = _FRAME.get()
     if outer is None or outer.detached:
         return _NOTHING  # no clock, no frame: what instrumented code pays when nobody records

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import logging
 import os
+import threading
+import time
 
 import numpy as np
 import onnx
@@ -14,8 +16,9 @@ import pytest
 from onnx import TensorProto as T
 from onnx import helper as h
 
+from migraphx_ep import timing
 from migraphx_ep.ep import background_compiles
-from migraphx_ep.ep.background import wait_for_compiles
+from migraphx_ep.ep.background import BACKGROUND, Background, wait_for_compiles
 from migraphx_ep.ep.batch_rows import NotRowwise, capacity, prove
 from migraphx_ep.ep.batch_serve import batch_inputs
 from migraphx_ep.ep.provider import create_ep
@@ -336,6 +339,57 @@ def test_a_quick_program_is_replaced_by_the_timed_one(monkeypatch):
     timed = c.programs[((3, 6),)]
     assert timed is not quick and not timed.quick_picks and c.compiles == 2
     np.testing.assert_array_equal(c.run([x])[0], first[0])
+
+
+def test_a_background_compile_gives_way_to_a_new_shape(monkeypatch):
+    # A timed compile running in the background holds the subgraph's build lock; a never-seen shape's
+    # compile on a Run's critical path must not wait for all of it: the background one stops at its
+    # next stage (Preempted), the Run's compile goes first, and the background one runs again after.
+    monkeypatch.setenv("MIGRAPHX_EP_QUICK_PICKS", "1")
+    monkeypatch.setattr(background_compiles, "QUIET_S", 0.0)
+    nodes, inits = ROWWISE["gemm with bias"]
+    c = create_ep({"migraphx_target": "ref"}).compile(one_node_graph(nodes, None, inits), "fused_0")
+    real, started, attempts = c._compile_program, threading.Event(), []
+
+    def slow_in_background(prog, options, values):  # noqa: ANN001, ANN202
+        if BACKGROUND.on_thread():
+            attempts.append(1)
+            started.set()
+            for _ in range(100 if len(attempts) == 1 else 1):  # 2 s the first time, unless it gives way
+                with timing.stage("slow step"):
+                    time.sleep(0.02)
+        real(prog, options, values)
+
+    c._compile_program = slow_in_background
+    preempted = BACKGROUND.preempted
+    c.run([np.ones((3, 6), np.float32)])  # quick; its timed compile is queued
+    assert started.wait(10)
+    t0 = time.monotonic()
+    x = np.arange(30, dtype=np.float32).reshape(5, 6)
+    got = c.run([x])[0]  # a new shape, compiled on this Run's critical path
+    assert time.monotonic() - t0 < 1.5  # not the background compile's 2 s
+    assert BACKGROUND.preempted > preempted
+    wait_for_compiles()
+    assert len(attempts) >= 2 and not c.programs[((3, 6),)].quick_picks  # ran again, and replaced it
+    np.testing.assert_array_equal(c.run([x])[0], got)
+
+
+def test_a_checkpoint_raises_only_on_the_background_thread():
+    bg = Background()
+    seen = []
+
+    def job() -> None:
+        bg.checkpoint("a stage")  # gives way while a compile on a Run's critical path runs
+        seen.append(bg.on_thread())
+
+    with bg.foreground():
+        bg.checkpoint("here")  # not the background thread: nothing
+        assert not bg.quiet(0.0)  # a compile on a Run's critical path is running
+        assert bg.submit(job)
+        time.sleep(0.1)
+        assert seen == [] and bg.preempted >= 1  # gave way, queued again, waiting
+    assert bg.wait(5) and seen == [True] and bg.done == 1
+    bg.stop()
 
 
 def test_no_quick_picks_with_exhaustive_tune(monkeypatch):

@@ -27,6 +27,7 @@ from ..ir.module import Module
 from ..ir.shape import Shape
 from ..ir.weights import WeightCache
 from ..switches import env_choice
+from .background import BACKGROUND
 from .batch_rows import BatchRows, NotRowwise, prove
 
 log = logging.getLogger("migraphx_ep")
@@ -109,7 +110,7 @@ class BatchServing:
     def _prove(self, key: ShapeKey) -> BatchRows | None:
         sizes = (3, 5)  # odd, so no other dim is a multiple of both by chance
         try:
-            with self.build_lock:
+            with BACKGROUND.foreground(), self.build_lock:  # on a Run's path: background gives way
                 mods = [self._parse(key, b) for b in sizes]
             rows = prove(mods[0], mods[1], sizes, {self.names[i] for i in self.batch})
         except NotRowwise as e:

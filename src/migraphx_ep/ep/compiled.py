@@ -149,7 +149,8 @@ class CompiledSubgraph(BackgroundCompiles):
                 self.loads += 1
                 return loaded
         # Every new input shape compiles anew: the log says what each one cost, and where the time went.
-        with self._build_lock, record() as times, library_picks(quick):
+        # On a Run's critical path, a background compile gives way first (it may hold the build lock).
+        with BACKGROUND.foreground(), self._build_lock, record() as times, library_picks(quick):
             parsed = parse_graph(
                 self.graph, shapes, specialize=True, input_values=values, runtime_dims=runtime,
                 weights=self.weights,
