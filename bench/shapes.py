@@ -110,7 +110,11 @@ def _pct(xs: list[float], q: float) -> float | None:
     return sorted(xs)[min(len(xs) - 1, int(q * len(xs)))] if xs else None
 
 
-def run_system(system: str, path: str, model, seq, fp16: bool, seed: int, torch_model: str = "") -> dict:
+def run_system(
+    system: str, path: str, model, seq, fp16: bool, seed: int, torch_model: str = "", gap: tuple = (0, 0.0)
+) -> dict:
+    """``gap``: (every, seconds) idle after every ``every``-th call (a workload whose new shapes come
+    now and then, so background compiles run between them); the idle time is not in ``sequence_s``."""
     counters = background = None
     if system == "migraphx_ep":
         from migraphx_ep.ep.background import BACKGROUND
@@ -128,7 +132,11 @@ def run_system(system: str, path: str, model, seq, fp16: bool, seed: int, torch_
     done0 = background.done if background else 0
     preempted0 = getattr(background, "preempted", 0)
     nvrtc_first = 0
+    idle = 0.0
     for i, dims in enumerate(seq):
+        if gap[0] and i and i % gap[0] == 0:
+            time.sleep(gap[1])
+            idle += gap[1]
         feeds = _feeds(model, dims, rng)
         key = tuple(sorted(dims.items()))
         c0 = counters() if counters else 0
@@ -143,7 +151,7 @@ def run_system(system: str, path: str, model, seq, fp16: bool, seed: int, torch_
             (old_ms if key in seen else new_ms).append(ms)
             nvrtc_after_first += (counters() - c0) if counters else 0
         seen.add(key)
-    total_s = time.perf_counter() - start
+    total_s = time.perf_counter() - start - idle
     rec = {
         "system": system, "calls": len(seq), "shapes": len(seen), "first_call_s": first_s,
         "new_shape_ms_p50": _pct(new_ms, 0.5), "new_shape_ms_p95": _pct(new_ms, 0.95),
@@ -241,6 +249,8 @@ def main() -> None:
     ap.add_argument("--steady", type=int, default=3, help="shapes to compare with a specialised compile")
     ap.add_argument("--out", default="")
     ap.add_argument("--baked-sizes", action="store_true", help="MIGRAPHX_EP_RUNTIME_SIZES=0 (the sequence)")
+    ap.add_argument("--gap-every", type=int, default=0, help="idle after every N calls (with --gap-s)")
+    ap.add_argument("--gap-s", type=float, default=0.0, help="seconds of idle (not counted in the total)")
     a = ap.parse_args()
     if a.baked_sizes:
         import os
@@ -249,9 +259,11 @@ def main() -> None:
     model = onnx.load(a.model, load_external_data=False)
     seq = _sequence(_ranges(a.dim), a.calls, a.seed)
     for system in a.systems.split(","):
-        rec = run_system(system, a.model, model, seq, a.fp16, a.seed, a.torch_model)
+        rec = run_system(system, a.model, model, seq, a.fp16, a.seed, a.torch_model, (a.gap_every, a.gap_s))
         sess = rec.pop("_session")
         rec["model"] = Path(a.model).name
+        if a.gap_every:
+            rec["gap"] = {"every": a.gap_every, "s": a.gap_s}
         if system == "migraphx_ep" and a.steady:
             picks = [seq[i] for i in range(1, len(seq), max(1, len(seq) // a.steady))][: a.steady]
             rec["steady"] = steady(a.model, model, sess, picks, a.fp16)

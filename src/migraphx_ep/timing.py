@@ -131,6 +131,13 @@ def set_checkpoint(fn: Callable[[str], None] | None) -> None:
     _checkpoint = fn
 
 
+def checkpoint(name: str) -> None:
+    """A point inside a long stage where a background compile may give way too (``set_checkpoint``):
+    each node of a parse, each pass."""
+    if _checkpoint is not None:
+        _checkpoint(name)
+
+
 def stage(name: str) -> AbstractContextManager[None]:
     """Add the block's own seconds (less those of stages inside it) to ``name`` in the active record.
     A stage's start is a checkpoint (``set_checkpoint``)."""

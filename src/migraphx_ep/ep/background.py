@@ -7,9 +7,10 @@ dropped and the running job is waited for (a compile torn down halfway through C
 the host process with it).
 
 A compile on a Run's critical path (``foreground``) comes first: the running job gives way at its next
-stage (``timing.stage``: parse, passes, lowering, NVRTC, each library search), raising ``Preempted``,
-which unwinds it (and releases the subgraph's build lock the Run's compile may be waiting for); it is
-queued again, to start over once no compile is on a Run's critical path.
+checkpoint (each stage's start: parse, passes, lowering, NVRTC, each library search; within them each
+parsed node and each pass), raising ``Preempted``, which unwinds it (and releases the subgraph's build
+lock the Run's compile may be waiting for); it is queued again, to start over once no compile is on a
+Run's critical path.
 """
 
 from __future__ import annotations

@@ -19,7 +19,7 @@ from ..ir.module import Module
 from ..ir.program import Program
 from ..ir.shape import Shape, ShapeError
 from ..ir.weights import WeightCache
-from ..timing import stage
+from ..timing import checkpoint, stage
 from .context import NodeDesc, ParseContext
 from .table import DimMismatch, NeedsValue, Unsupported, lookup
 
@@ -195,6 +195,7 @@ class GraphParser:
             self._note_candidate(name, shape, _static_dims(infos.get(name)) or name in self.input_shapes)
 
         for node in topo_order(graph["nodes"], values):
+            checkpoint("parse")  # a background compile's parse gives way here (ep/background.py)
             desc = NodeDesc.from_dict(node)
             if self.group_of is not None:
                 current_group[0] = self.group_of.get(desc.index, -2)
