@@ -24,6 +24,7 @@ all (``nvrtc_compiles_after_first_all``).
 from __future__ import annotations
 
 import argparse
+import gc
 import statistics
 import time
 from contextlib import nullcontext
@@ -133,6 +134,8 @@ def run_system(
     preempted0 = getattr(background, "preempted", 0)
     nvrtc_first = 0
     idle = 0.0
+    gc_clock = _GcClock()  # the cyclic collector's pauses, which no compile stage shows
+    slowest: tuple[float, CompileTimes | None, float] = (0.0, None, 0.0)  # ms, its stages, its GC ms
     for i, dims in enumerate(seq):
         if gap[0] and i and i % gap[0] == 0:
             time.sleep(gap[1])
@@ -140,10 +143,17 @@ def run_system(
         feeds = _feeds(model, dims, rng)
         key = tuple(sorted(dims.items()))
         c0 = counters() if counters else 0
+        new = bool(i) and key not in seen
+        call_stages, gc0 = CompileTimes(), gc_clock.seconds
         t = time.perf_counter()
-        with record(stages) if i and key not in seen else nullcontext():
+        with record(call_stages) if new else nullcontext():
             sess.run(None, feeds)
         ms = (time.perf_counter() - t) * 1e3
+        if new:
+            stages.merge(call_stages)
+            stages.total += call_stages.total
+            if ms > slowest[0]:
+                slowest = (ms, call_stages, (gc_clock.seconds - gc0) * 1e3)
         if i == 0:
             first_s = time.perf_counter() - t0
             nvrtc_first = counters() if counters else 0
@@ -156,8 +166,15 @@ def run_system(
         "system": system, "calls": len(seq), "shapes": len(seen), "first_call_s": first_s,
         "new_shape_ms_p50": _pct(new_ms, 0.5), "new_shape_ms_p95": _pct(new_ms, 0.95),
         "new_shape_ms_max": max(new_ms) if new_ms else None, "seen_shape_ms_p50": _pct(old_ms, 0.5),
-        "sequence_s": total_s,
+        "sequence_s": total_s, "gc_s": round(gc_clock.seconds, 3),
+        "gc_max_ms": round(gc_clock.longest * 1e3, 1),
     }  # fmt: skip
+    gc_clock.close()
+    if slowest[1] is not None:  # where the slowest never-seen call's time went
+        rec["slowest_new_shape"] = {
+            "ms": round(slowest[0], 1), "gc_ms": round(slowest[2], 1),
+            "stage_ms": {n: round(1e3 * x, 1) for n, x, _ in slowest[1].rows() if x},
+        }  # fmt: skip
     if background is not None:
         # Batch sizes served by a larger batch's program compile their own on a background thread
         # (ep/batch_serve.py): how many, and how long they kept going after the last call.
@@ -176,6 +193,26 @@ def run_system(
         rec["new_shape_stage_ms"] = {n: round(1e3 * s / per, 2) for n, s, _ in stages.rows() if s}
     rec["_session"] = sess
     return rec
+
+
+class _GcClock:
+    """Seconds the cyclic garbage collector ran (all generations), and its longest single pause."""
+
+    def __init__(self) -> None:
+        self.seconds = self.longest = 0.0
+        self._t0 = 0.0
+        gc.callbacks.append(self._on)
+
+    def _on(self, phase: str, info: dict) -> None:
+        if phase == "start":
+            self._t0 = time.perf_counter()
+        else:
+            dt = time.perf_counter() - self._t0
+            self.seconds += dt
+            self.longest = max(self.longest, dt)
+
+    def close(self) -> None:
+        gc.callbacks.remove(self._on)
 
 
 def _restore(saved: dict[str, str | None]) -> None:
