@@ -28,6 +28,7 @@ from .background_compiles import BackgroundCompiles, library_picks
 from .batch_serve import BatchServing, batch_inputs
 from .batch_serve import enabled as batch_rows_enabled
 from .cache import ProgramStore, graph_fingerprint, program_key
+from .gc_pause import gc_paused
 from .options import EpOptions
 from .runtime_dims import RuntimeDims, candidates, other_size, prove, with_free_axes
 from .subgraphs import EP_NAME
@@ -150,7 +151,8 @@ class CompiledSubgraph(BackgroundCompiles):
                 return loaded
         # Every new input shape compiles anew: the log says what each one cost, and where the time went.
         # On a Run's critical path, a background compile gives way first (it may hold the build lock).
-        with BACKGROUND.foreground(), self._build_lock, record() as times, library_picks(quick):
+        # The garbage collector waits for the compile to end (ep/gc_pause.py).
+        with gc_paused(), BACKGROUND.foreground(), self._build_lock, record() as times, library_picks(quick):
             parsed = parse_graph(
                 self.graph, shapes, specialize=True, input_values=values, runtime_dims=runtime,
                 weights=self.weights,
