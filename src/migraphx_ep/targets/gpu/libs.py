@@ -9,6 +9,14 @@ place that was tried, so a user sees at once what to install or which variable t
 cuDNN 9 is a small front library that dlopens its parts (ops, cnn, engines...) by soname at first use;
 those are preloaded from the front library's own folder with RTLD_GLOBAL so that a pip-installed cuDNN
 works without LD_LIBRARY_PATH (the loader then finds them already loaded under that soname).
+
+Why ctypes and not NVIDIA's Python bindings (probed on an H100: ``tools/probe_nvidia_bindings.py``):
+nvmath-python's ``bindings.cublasLt`` takes raw pointers and captures in a CUDA graph, but it is a
+one-to-one map of the same 15 cuBLASLt calls declared here (checked against the real headers by
+``tools/check_gpu_constants.py``) and is marked experimental, so it would add a dependency without
+changing a launch; cudnn-frontend's graph API (its SDPA is 8 µs against our attention kernel's 22 µs
+per BERT-base bs8 layer) needs a lowering of ``fused_attention`` to a cuDNN graph of its own, not a
+swap of these declarations. Modules and launches already go through ``cuda.bindings`` (``cuda.py``).
 """
 
 from __future__ import annotations
