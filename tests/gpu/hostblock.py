@@ -13,17 +13,15 @@ instead of hanging, which is stricter than a GPU. Grid-stride loops cover all th
 from __future__ import annotations
 
 import ctypes
-import hashlib
-import shutil
-import subprocess
 from pathlib import Path
 
 import numpy as np
 
-from migraphx_ep.targets.gpu.kernels.headers import HEADERS, INCLUDE_DIR
 from migraphx_ep.targets.gpu.kernels.spec import KernelSpec
 
-HAVE_GXX = shutil.which("g++") is not None
+from .hostcc import GXX, host_library
+
+HAVE_GXX = GXX is not None
 
 SHIM = r"""
 #include <cmath>
@@ -140,28 +138,7 @@ extern "C" int mx_sim_launch(void** p, unsigned long long* s, int np, int thread
 
 
 def build(spec: KernelSpec, tmp: Path) -> ctypes.CDLL:
-    source = SHIM + spec.source + RUNNER % spec.name
-    key = hashlib.sha256((HEADERS.digest + source).encode()).hexdigest()[
-        :16
-    ]  # dlopen reuses a path it has seen
-    src, lib = tmp / f"blk{key}.cpp", tmp / f"blk{key}.so"
-    if not lib.exists():
-        src.write_text(source)
-        cmd = [
-            "g++",
-            "-std=c++17",
-            "-O1",
-            "-w",
-            "-shared",
-            "-fPIC",
-            "-I",
-            str(INCLUDE_DIR),
-            "-o",
-            str(lib),
-            str(src),
-        ]
-        subprocess.run(cmd, check=True, capture_output=True, text=True)
-    return ctypes.CDLL(str(lib))
+    return host_library(SHIM + spec.source + RUNNER % spec.name, tmp)
 
 
 def launch(spec: KernelSpec, tmp: Path, ptrs: list[int]) -> int:

@@ -11,18 +11,14 @@ here and is undefined on a GPU). Half precision uses g++'s ``_Float16`` (round t
 from __future__ import annotations
 
 import ctypes
-import hashlib
 import re
-import shutil
-import subprocess
 from pathlib import Path
 
 import numpy as np
 
-from migraphx_ep.targets.gpu.kernels.headers import HEADERS, INCLUDE_DIR
 from migraphx_ep.targets.gpu.kernels.spec import KernelSpec
 
-GXX = shutil.which("g++")
+from .hostcc import GXX, host_library  # noqa: F401 - test_gqa_kernels reads hostwarp.GXX
 
 SHIM = r"""
 #include <math.h>
@@ -101,28 +97,7 @@ def build(spec: KernelSpec, tmp: Path) -> ctypes.CDLL:
     scalar = "unsigned long long" if spec.arg_bits == 64 else "unsigned"
     args = [f"mx_any{{p[{i}]}}" for i in range(n_ptr)] + [f"({scalar})a[{i}]" for i in range(len(spec.args))]
     source = SHIM + spec.source + LAUNCHER.replace("CALL", f"{spec.name}({', '.join(args)})")
-    key = hashlib.sha256((HEADERS.digest + source).encode()).hexdigest()[:16]
-    src, lib = tmp / f"{key}.cpp", tmp / f"{key}.so"
-    if not lib.exists():
-        src.write_text(source)
-        cmd = [
-            GXX or "g++",
-            "-std=c++17",
-            "-O1",
-            "-w",
-            "-pthread",
-            "-shared",
-            "-fPIC",
-            "-I",
-            str(INCLUDE_DIR),
-            "-o",
-            str(lib),
-            str(src),
-        ]
-        done = subprocess.run(cmd, capture_output=True, text=True)
-        if done.returncode:
-            raise RuntimeError(f"g++ failed:\n{done.stderr[:4000]}")
-    return ctypes.CDLL(str(lib))
+    return host_library(source, tmp, ["-pthread"])
 
 
 def aligned(a: np.ndarray) -> np.ndarray:

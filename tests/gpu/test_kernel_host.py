@@ -9,9 +9,7 @@ rules live, so both are checked here on real generated code without a GPU.
 from __future__ import annotations
 
 import ctypes
-import hashlib
 import shutil
-import subprocess
 from pathlib import Path
 
 import numpy as np
@@ -23,9 +21,10 @@ from migraphx_ep.ir.shape import Shape
 from migraphx_ep.ops.pointwise import zero_divisor_message
 from migraphx_ep.targets.gpu import kernels as K
 from migraphx_ep.targets.gpu.errors import device_error
-from migraphx_ep.targets.gpu.kernels.headers import HEADERS, INCLUDE_DIR
 from migraphx_ep.targets.gpu.kernels.prelude import BLOCK
 from migraphx_ep.targets.gpu.kernels.spec import KernelSpec, PwConst, PwInput, PwOp
+
+from .hostcc import host_library
 
 pytestmark = pytest.mark.skipif(shutil.which("g++") is None, reason="no g++ to build kernels for the host")
 
@@ -54,28 +53,7 @@ extern "C" void mx_set_thread(unsigned t) { threadIdx.x = t; }
 
 
 def build(spec: KernelSpec, tmp: Path) -> ctypes.CDLL:
-    # Named by the source's (and headers') hash: dlopen hands back an already loaded library for a path
-    # it has seen.
-    key = hashlib.sha256((HEADERS.digest + spec.source).encode()).hexdigest()[:16]
-    src, lib = tmp / f"{key}.cpp", tmp / f"{key}.so"
-    if lib.exists():
-        return ctypes.CDLL(str(lib))
-    src.write_text(SHIM + spec.source)
-    cmd = [
-        "g++",
-        "-std=c++17",
-        "-O1",
-        "-w",
-        "-shared",
-        "-fPIC",
-        "-I",
-        str(INCLUDE_DIR),
-        "-o",
-        str(lib),
-        str(src),
-    ]
-    subprocess.run(cmd, check=True, capture_output=True, text=True)
-    return ctypes.CDLL(str(lib))
+    return host_library(SHIM + spec.source, tmp)
 
 
 def launch(spec: KernelSpec, tmp: Path, ins: list[np.ndarray], out: np.ndarray) -> int:

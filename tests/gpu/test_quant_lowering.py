@@ -12,7 +12,6 @@ from __future__ import annotations
 import collections
 import ctypes
 import shutil
-import subprocess
 from pathlib import Path
 
 import ml_dtypes
@@ -26,12 +25,12 @@ from migraphx_ep.ir.shape import Shape
 from migraphx_ep.ops.quant import Im2col
 from migraphx_ep.targets.gpu import blas, nvrtc
 from migraphx_ep.targets.gpu import kernels as K
-from migraphx_ep.targets.gpu.kernels.headers import HEADERS, INCLUDE_DIR
 from migraphx_ep.targets.gpu.kernels.prelude import PRELUDE
 from migraphx_ep.targets.gpu.kernels.quant import FP8_HEADER, im2col_kernel, quantize_fp8_kernel
 from migraphx_ep.targets.gpu.lowering import GemmStep, instruction_supported, lower
 from migraphx_ep.targets.gpu.simulate import run_steps
 
+from . import hostcc
 from .test_kernel_host import SHIM
 
 I8, I32, F32, E4, E4U = (
@@ -364,25 +363,7 @@ static inline float __uint_as_float(unsigned u) { float f; std::memcpy(&f, &u, 4
 
 
 def host_library(source: str, tmp: Path) -> ctypes.CDLL:
-    src, lib = tmp / "k.cpp", tmp / f"k{abs(hash(HEADERS.digest + source))}.so"
-    src.write_text(HOST_SHIM + source)
-    subprocess.run(
-        [
-            "g++",
-            "-std=c++17",
-            "-O1",
-            "-w",
-            "-shared",
-            "-fPIC",
-            "-I",
-            str(INCLUDE_DIR),
-            "-o",
-            str(lib),
-            str(src),
-        ],
-        check=True,
-    )
-    return ctypes.CDLL(str(lib))
+    return hostcc.host_library(HOST_SHIM + source, tmp)
 
 
 def run_host(spec: K.KernelSpec, tmp: Path, ins: list[np.ndarray], out: np.ndarray) -> None:
