@@ -83,6 +83,8 @@ def read(paths: list[str]) -> tuple[list[dict], list[dict], list[dict]]:
             except json.JSONDecodeError:
                 print(f"{p}:{n}: not JSON (a run cut mid-line?), skipped", file=sys.stderr)
                 continue
+            if rec.get("kind") not in ("env", "skipped"):
+                rec.setdefault("source", Path(p).name)  # its run: ratios within a row stay within it
             {"env": envs, "result": results, "skipped": skipped}.get(rec.get("kind"), results).append(rec)
     return envs, results, skipped
 
@@ -168,8 +170,14 @@ def _numpy_overhead(ours: dict, iob: dict) -> str:
     return f"{(ours['ms'] - iob['graph_ms'] - ours['copies_ms']) * 1e3:.0f}"
 
 
-def speed_tables(by: dict[tuple, dict]) -> list[str]:
-    """One table per dtype, with the systems that ran (not only ``skipped``) in it."""
+def same_run(results: list[dict]) -> dict[tuple, dict]:
+    """Every result by (source file, model, batch, dtype, system): the rows of one run."""
+    return {(r.get("source"), r["model"], r["batch"], r["dtype"], r["system"]): r for r in results}
+
+
+def speed_tables(by: dict[tuple, dict], runs: dict[tuple, dict] | None = None) -> list[str]:
+    """One table per dtype, with the systems that ran (not only ``skipped``) in it. A quant row's ratio
+    to our fp16 row takes the fp16 row of its own run (``runs``, from ``same_run``) where there is one."""
     out = []
     for dtype in sorted({k[2] for k in by}, key=_dtype_key):
         quant = dtype in specs.QUANT_DTYPES
@@ -184,7 +192,7 @@ def speed_tables(by: dict[tuple, dict]) -> list[str]:
             }
             with_ = f"`migraphx_{dtype}_enable=1`" + "".join(f", {o}" for o in sorted(opts))
             note = f"Ours: the fp32 file with {with_} (bench/quant_rows.py).{qdq}"
-            out += [note + " fp16 ratios: over our fp16 row.", ""]
+            out += [note + " fp16 ratios: over our fp16 row of the same run.", ""]
         # fp8 has no QDQ peer: only the ratios to our fp16 row
         ratios = [r for r in QUANT_RATIOS if dtype == "int8" or r[3]] if quant else RATIOS
         extra = ["ours: graph replay", "ours: IOB overhead us", "ours: numpy overhead us"]
@@ -196,10 +204,20 @@ def speed_tables(by: dict[tuple, dict]) -> list[str]:
             iob = got.get(IOB) or {}
             cells += [_ms(iob.get("graph_ms")), f"{iob['overhead_us']:.0f}" if "overhead_us" in iob else "—"]
             cells.append(_numpy_overhead(got.get(OURS) or {}, iob))
-            cells += [_ratio(got[a], by.get((model, batch, d or dtype, b))) for _, a, b, d in ratios]
+            for _, a, b, d in ratios:
+                cells.append(_ratio(got[a], _peer(by, runs, got[a], (model, batch, d or dtype, b))))
             out.append(f"| {_title(model, batch)} | " + " | ".join(cells) + " |")
         out.append("")
     return out
+
+
+def _peer(by: dict[tuple, dict], runs: dict[tuple, dict] | None, rec: dict | None, key: tuple) -> dict | None:
+    """The row ``key`` from ``rec``'s run when that run has it, else the latest one."""
+    if runs is not None and rec is not None:
+        mine = runs.get((rec.get("source"), *key))
+        if mine is not None:
+            return mine
+    return by.get(key)
 
 
 def quant_accuracy_table(by: dict[tuple, dict]) -> list[str]:
@@ -381,7 +399,7 @@ def markdown(
         "copies of the same bytes from pageable memory, timed alone (``copies_ms``).",
         "",
     ]
-    out += speed_tables(timed) if timed else ["No results.", ""]
+    out += speed_tables(timed, same_run(results)) if timed else ["No results.", ""]
     out += [
         "## Compile and session time",
         "",

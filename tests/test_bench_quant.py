@@ -206,6 +206,29 @@ def test_run_and_report_end_to_end(model: Path, tmp_path: Path) -> None:
     assert "### int8 and fp8 against the fp32 model" in text and "Not run: " in text
 
 
+def test_report_ratios_stay_within_one_run() -> None:
+    # Two files: the quant run's own fp16 row (1.0 ms) and a later fp16 run (2.0 ms, shown in the fp16
+    # table). The int8 row's ratio to our fp16 row takes its own run's, as it does for its peers.
+    def rec(source: str, dtype: str, system: str, ms: float) -> dict:
+        return {"kind": "result", "model": "resnet50", "batch": 1, "dtype": dtype, "system": system,
+                "ms": ms, "source": source}  # fmt: skip
+
+    results = [
+        rec("quant.jsonl", "fp16", "migraphx_ep_iobinding", 1.0),
+        rec("quant.jsonl", "int8", "migraphx_ep_iobinding", 0.5),
+        rec("quant.jsonl", "int8", "ort_cuda_iobinding", 2.0),
+        rec("fp16.jsonl", "fp16", "migraphx_ep_iobinding", 2.0),
+        rec("fp16.jsonl", "fp16", "ort_cuda_iobinding", 8.0),
+    ]
+    text = report.markdown([], results, [], ["quant.jsonl", "fp16.jsonl"])
+    int8 = text[text.index("### int8: median") : text.index("## Compile")]
+    head, _, row = int8.strip().splitlines()[-3:]
+    cells = dict(zip(head.strip("| ").split(" | "), row.strip("| ").split(" | "), strict=True))
+    assert cells["ours IOB / ours IOB fp16"] == "0.50"  # over 1.0 (its run), not 2.0 (the latest)
+    fp16 = text[text.index("### fp16: median") : text.index("### int8: median")]
+    assert "| 2.000 |" in fp16 and "0.25" in fp16  # the fp16 table shows the latest run
+
+
 def test_report_ratios_and_flags() -> None:
     def rec(dtype: str, system: str, **kw: object) -> dict:
         return {"kind": "result", "model": "resnet50", "batch": 1, "dtype": dtype, "system": system, **kw}
