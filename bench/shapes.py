@@ -289,6 +289,8 @@ def main() -> None:
     ap.add_argument("--gap-every", type=int, default=0, help="idle after every N calls (with --gap-s)")
     ap.add_argument("--gap-s", type=float, default=0.0, help="seconds of idle (not counted in the total)")
     a = ap.parse_args()
+    if a.gap_every < 0 or a.gap_s < 0 or bool(a.gap_every) != bool(a.gap_s):
+        ap.error("--gap-every and --gap-s go together, and neither may be negative")
     if a.baked_sizes:
         import os
 

@@ -141,8 +141,7 @@ def checkpoint(name: str) -> None:
 def stage(name: str) -> AbstractContextManager[None]:
     """Add the block's own seconds (less those of stages inside it) to ``name`` in the active record.
     A stage's start is a checkpoint (``set_checkpoint``)."""
-    if _checkpoint is not None:
-        _checkpoint(name)
+    checkpoint(name)
     outer = _FRAME.get()
     if outer is None or outer.detached:
         return _NOTHING  # no clock, no frame: what instrumented code pays when nobody records
