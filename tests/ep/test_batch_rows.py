@@ -4,10 +4,12 @@ for every way a graph can mix rows -- and the smaller batch's own program compil
 
 from __future__ import annotations
 
+import gc
 import logging
 import os
 import threading
 import time
+import weakref
 
 import numpy as np
 import onnx
@@ -429,3 +431,28 @@ def test_a_bad_switch_fails_the_session_not_the_process(monkeypatch):
         providers = [(EP, {"migraphx_target": "ref"}), "CPUExecutionProvider"]
         sess = ort.InferenceSession(model, providers=providers)
         sess.run(None, {"pixel_values": np.zeros((3, 3, 32, 32), np.float32)})
+
+
+def test_a_destroyed_session_is_freed_while_its_background_compiles_wait(monkeypatch):
+    # Queued background jobs (here: each session's timed recompile, waiting behind a busy background
+    # thread) must not keep a destroyed session's subgraph and programs alive: a server creating and
+    # dropping sessions would hold every one of them, device memory included, until the queue drains.
+    monkeypatch.setenv("MIGRAPHX_EP_QUICK_PICKS", "1")
+    monkeypatch.setattr(background_compiles, "QUIET_S", 0.0)
+    nodes, inits = ROWWISE["gemm with bias"]
+    gate = threading.Event()
+    assert BACKGROUND.submit(lambda: gate.wait(30))  # the thread is busy: the jobs below wait
+    try:
+        refs = []
+        for _ in range(3):
+            c = create_ep({"migraphx_target": "ref"}).compile(one_node_graph(nodes, None, inits), "fused_0")
+            c.run([np.ones((3, 6), np.float32)])  # quick: its timed compile is queued
+            assert c.programs[((3, 6),)].quick_picks
+            refs += [weakref.ref(c), weakref.ref(c.programs[((3, 6),)])]
+            c.release()
+            del c
+        gc.collect()
+        assert [r() for r in refs] == [None] * len(refs)
+    finally:
+        gate.set()
+        assert wait_for_compiles(30)

@@ -14,8 +14,10 @@ from __future__ import annotations
 import contextlib
 import logging
 import threading
+import weakref
 from collections import OrderedDict
 from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
@@ -85,7 +87,7 @@ class BackgroundCompiles:
                 # parses hold the build lock), so a workload whose new shapes are not batch sizes
                 # pays nothing more.
                 if BACKGROUND.quiet(QUIET_S):
-                    BACKGROUND.submit(lambda: rows.proof(key))
+                    self._submit(lambda me: me.rows.proof(key))
                 return None
             proof = rows.proof(key)
             if proof is None:
@@ -134,20 +136,36 @@ class BackgroundCompiles:
     def _time_later(self, key: ShapeKey, quick: Program) -> None:
         """Queue the timed compile of ``key``, run once no compile is on a Run's critical path: it
         replaces ``quick`` (if that is still ``key``'s program) and revokes the shell's plans of it."""
+        quick_ref = weakref.ref(quick)
 
-        def job() -> None:
-            BACKGROUND.wait_quiet(QUIET_S)
-            if BACKGROUND.stopping:
-                return  # the process is exiting: no compile now
-            with self._lock:
-                if self._closed or self.programs.get(key) is not quick:
+        def work(me: BackgroundCompiles) -> None:
+            with me._lock:
+                if me.programs.get(key) is not quick_ref():
                     return
             try:
-                self._replace_quick(key, quick)
+                me._replace_quick(key, quick_ref())  # type: ignore[arg-type]
             except Exception as e:  # noqa: BLE001 - the quick program goes on serving
-                log.warning("%s: the timed compile of input dims %s failed (%s)", self.name, key, e)
+                log.warning("%s: the timed compile of input dims %s failed (%s)", me.name, key, e)
 
-        BACKGROUND.submit(job)
+        self._submit(work, wait_quiet=True)
+
+    def _submit(self, work: Callable[[Any], None], wait_quiet: bool = False) -> bool:
+        """Queue ``work(self)`` on the background thread (after ``QUIET_S`` without a compile on a Run's
+        critical path, if ``wait_quiet``), holding this subgraph only weakly until it starts. A queued job
+        waits behind the others, and while new shapes keep compiling no job starts at all: a strong
+        reference would keep every session destroyed meanwhile alive, its programs' device memory and
+        the graph's initializer views included (200 ResNet-50 sessions: 12 GB of device memory)."""
+        me = weakref.ref(self)
+
+        def job() -> None:
+            if wait_quiet:
+                BACKGROUND.wait_quiet(QUIET_S)
+            target = me()
+            if target is None or target._closed or BACKGROUND.stopping:
+                return  # the session is gone, or the process is exiting: no compile now
+            work(target)
+
+        return BACKGROUND.submit(job)
 
     def _replace_quick(self, key: ShapeKey, quick: Program) -> None:
         """Compile ``key`` timed; it replaces ``quick`` if that is still ``key``'s program, and the
@@ -182,5 +200,5 @@ class BackgroundCompiles:
             # Not while new shapes still compile on the critical path: a background compile would
             # hold the build lock they wait for. A later padded Run of this size asks again.
             if key not in self.programs and BACKGROUND.quiet(QUIET_S):
-                rows.later(key, lambda k: BACKGROUND.submit(lambda: self._compile_later(k)))
+                rows.later(key, lambda k: self._submit(lambda me: me._compile_later(k)))
         return outs
