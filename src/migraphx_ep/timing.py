@@ -33,6 +33,7 @@ class CompileTimes:
         self.stages: dict[str, float] = {}  # in the order the stages started
         self.counts: dict[str, dict[str, int]] = {}
         self.total = 0.0
+        self.running: list[str] = []  # the stages open now, outermost first (a progress report reads it)
 
     def add(self, name: str, seconds: float) -> None:
         with self._lock:
@@ -50,6 +51,11 @@ class CompileTimes:
         for name, c in other.counts.items():
             for what, n in c.items():
                 self.count(name, what, n)
+
+    def now(self) -> str:
+        """The innermost stage running now ('' between stages)."""
+        running = self.running
+        return running[-1] if running else ""
 
     def seconds(self, name: str) -> float:
         return self.stages.get(name, 0.0)
@@ -156,11 +162,13 @@ class _Stage:
         self.outer.times.add(self.name, 0.0)  # the table lists stages in the order they started
         self.frame = _Frame(self.outer.times)
         self.token = _FRAME.set(self.frame)
+        self.outer.times.running.append(self.name)
         self.t0 = time.perf_counter()
 
     def __exit__(self, *exc: object) -> None:
         dt = time.perf_counter() - self.t0
         _FRAME.reset(self.token)
+        self.outer.times.running.pop()
         self.outer.nested += dt
         self.outer.times.add(self.name, dt - self.frame.nested)
 

@@ -6,6 +6,7 @@ under a lock: ORT may call Compute concurrently) instead of failing or silently 
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import threading
@@ -22,7 +23,7 @@ from ..ir.instruction import Instruction
 from ..ir.program import Program
 from ..ir.shape import Shape
 from ..ir.weights import WeightCache
-from ..timing import record
+from ..timing import CompileTimes, record
 from .background import BACKGROUND
 from .background_compiles import BackgroundCompiles, library_picks
 from .batch_serve import BatchServing, batch_inputs
@@ -30,6 +31,7 @@ from .batch_serve import enabled as batch_rows_enabled
 from .cache import ProgramStore, graph_fingerprint, program_key
 from .gc_pause import gc_paused
 from .options import EpOptions
+from .progress import compile_progress
 from .runtime_dims import RuntimeDims, candidates, other_size, prove, with_free_axes
 from .subgraphs import EP_NAME
 
@@ -152,7 +154,16 @@ class CompiledSubgraph(BackgroundCompiles):
         # Every new input shape compiles anew: the log says what each one cost, and where the time went.
         # On a Run's critical path, a background compile gives way first (it may hold the build lock).
         # The garbage collector waits for the compile to end (ep/gc_pause.py).
-        with gc_paused(), BACKGROUND.foreground(), self._build_lock, record() as times, library_picks(quick):
+        named = [f"{n}{list(d)}" for n, d in zip(self.input_names, key[: len(dims)], strict=True)]
+        inputs = ", ".join(named[:6]) + (f" and {len(named) - 6} more" if len(named) > 6 else "")  # KV caches
+        with (
+            gc_paused(),
+            BACKGROUND.foreground(),
+            self._build_lock,
+            record() as times,
+            library_picks(quick),
+            self._progress(f"{EP_NAME}: {self.name}, inputs {inputs}", times),
+        ):
             parsed = parse_graph(
                 self.graph, shapes, specialize=True, input_values=values, runtime_dims=runtime,
                 weights=self.weights,
@@ -161,12 +172,15 @@ class CompiledSubgraph(BackgroundCompiles):
             self._compile_program(prog, self.options, parsed.values)
         prog.quick_picks = quick  # type: ignore[attr-defined]
         self.compiles += 1
-        named = [f"{n}{list(d)}" for n, d in zip(self.input_names, key[: len(dims)], strict=True)]
-        inputs = ", ".join(named[:6]) + (f" and {len(named) - 6} more" if len(named) > 6 else "")  # KV caches
         log.info("%s: compiled for %s, inputs %s, in %s", EP_NAME, prog.target_name, inputs, times.summary())
         if pkey is not None and not quick:
             self.store.store(pkey, prog, self.name)  # type: ignore[union-attr]
         return prog
+
+    @staticmethod
+    def _progress(what: str, times: CompileTimes) -> contextlib.AbstractContextManager:
+        """Progress warnings while a compile that a Run waits for takes long (ep/progress.py)."""
+        return contextlib.nullcontext() if BACKGROUND.on_thread() else compile_progress(what, times)
 
     def _key(self, key: ShapeKey) -> ShapeKey:
         """The cache key of input dims ``key`` (plus value bytes): run-time axes as -1."""
