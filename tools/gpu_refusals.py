@@ -16,7 +16,7 @@ from onnx.backend.test.loader import load_model_tests
 
 from migraphx_ep.ep.partition import partition
 from migraphx_ep.frontend import model_to_dict
-from migraphx_ep.targets.gpu.lowering import instruction_supported
+from migraphx_ep.targets.gpu.support import instruction_supported
 
 
 def main(argv: list[str] | None = None) -> int:

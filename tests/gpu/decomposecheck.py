@@ -20,8 +20,10 @@ from migraphx_ep.ir.shape import Shape
 from migraphx_ep.targets import get_target
 from migraphx_ep.targets.gpu import nvrtc
 from migraphx_ep.targets.gpu.decompose import gpu_pipeline
-from migraphx_ep.targets.gpu.lowering import KernelStep, Lowered, instruction_supported, lower, unsupported
+from migraphx_ep.targets.gpu.lowering import lower
 from migraphx_ep.targets.gpu.simulate import run_steps
+from migraphx_ep.targets.gpu.steps import KernelStep, Lowered
+from migraphx_ep.targets.gpu.support import instruction_supported, unsupported
 from migraphx_ep.targets.ref import RefTarget
 
 from .gpucheck import BF16, F16, F64, Tol, assert_matches, make_model, node

@@ -10,8 +10,9 @@ from migraphx_ep.ir.evaluate import run_module
 from migraphx_ep.ir.module import Module
 from migraphx_ep.passes import DEAD_CODE_ELIMINATION, run_passes
 from migraphx_ep.targets.gpu.fuse import FUSE_POINTWISE
-from migraphx_ep.targets.gpu.lowering import Step, lower
+from migraphx_ep.targets.gpu.lowering import lower
 from migraphx_ep.targets.gpu.simulate import run_steps
+from migraphx_ep.targets.gpu.steps import Step
 from passes.passcheck import random_inputs
 
 

@@ -263,7 +263,7 @@ def test_decompose_ops_pass_is_idempotent_and_leaves_no_op_behind() -> None:
     from migraphx_ep.ir.shape import Shape
     from migraphx_ep.passes import DEAD_CODE_ELIMINATION
     from migraphx_ep.targets.gpu.decompose import decompose_ops
-    from migraphx_ep.targets.gpu.lowering import instruction_supported
+    from migraphx_ep.targets.gpu.support import instruction_supported
 
     m = Module()
     x = m.add_parameter("x", Shape(DType.float_type, (2, 3)))
@@ -286,7 +286,7 @@ def test_scatter_too_large_to_run_densely_is_refused() -> None:
     from migraphx_ep.ir.module import Module
     from migraphx_ep.ir.operation import make_op
     from migraphx_ep.ir.shape import Shape
-    from migraphx_ep.targets.gpu.lowering import instruction_supported
+    from migraphx_ep.targets.gpu.support import instruction_supported
 
     m = Module()
     d = m.add_parameter("d", Shape(DType.float_type, (4096, 64)))

@@ -168,7 +168,7 @@ def test_executable_reads_weights_at_their_shared_addresses():
     """GpuExecutable's part (no device: its placement and a context's pointers, on the fake pool)."""
     from migraphx_ep.targets.gpu.context import RunContext
     from migraphx_ep.targets.gpu.executable import GpuExecutable
-    from migraphx_ep.targets.gpu.lowering import Buf
+    from migraphx_ep.targets.gpu.steps import Buf
 
     cache, pool, g = WeightCache(), FakeDevice().pool(), graph("resnet")
     exes, progs = [], []  # a compiled Program holds its literals, its executable the lowered steps

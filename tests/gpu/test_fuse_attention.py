@@ -24,8 +24,10 @@ from migraphx_ep.passes import DEAD_CODE_ELIMINATION, run_passes
 from migraphx_ep.targets import get_target
 from migraphx_ep.targets.gpu.decompose import gpu_pipeline
 from migraphx_ep.targets.gpu.fuse import FUSE_ATTENTION, adopt_submodules
-from migraphx_ep.targets.gpu.lowering import KernelStep, kernel_supported, lower
+from migraphx_ep.targets.gpu.lowering import lower
 from migraphx_ep.targets.gpu.simulate import run_steps
+from migraphx_ep.targets.gpu.steps import KernelStep
+from migraphx_ep.targets.gpu.support import kernel_supported
 from passes.passcheck import check_pass, same_bits
 
 from .attentioncheck import Chain, chain, fused

@@ -21,8 +21,10 @@ from migraphx_ep.passes import DEAD_CODE_ELIMINATION, run_passes
 from migraphx_ep.targets import get_target
 from migraphx_ep.targets.gpu.decompose import gpu_pipeline
 from migraphx_ep.targets.gpu.fuse import FUSE_GEMM_EPILOGUE
-from migraphx_ep.targets.gpu.lowering import GemmStep, kernel_supported, lower
+from migraphx_ep.targets.gpu.lowering import lower
 from migraphx_ep.targets.gpu.simulate import run_steps
+from migraphx_ep.targets.gpu.steps import GemmStep
+from migraphx_ep.targets.gpu.support import kernel_supported
 from passes.passcheck import Build, check_pass
 
 from .fusecheck import simulated

@@ -22,8 +22,10 @@ from migraphx_ep.targets import get_target
 from migraphx_ep.targets.gpu.decompose import gpu_pipeline
 from migraphx_ep.targets.gpu.fuse import FUSE_POINTWISE, fuse_pointwise
 from migraphx_ep.targets.gpu.fuse.pointwise import pointwise_groups
-from migraphx_ep.targets.gpu.lowering import KernelStep, kernel_supported, lower
+from migraphx_ep.targets.gpu.lowering import lower
 from migraphx_ep.targets.gpu.simulate import run_steps
+from migraphx_ep.targets.gpu.steps import KernelStep
+from migraphx_ep.targets.gpu.support import kernel_supported
 from passes.passcheck import Build, check_pass, random_inputs
 
 PASSES = [FUSE_POINTWISE, DEAD_CODE_ELIMINATION]

@@ -19,7 +19,7 @@ from migraphx_ep.ir.operation import make_op
 from migraphx_ep.ir.program import Program
 from migraphx_ep.ir.shape import Shape
 from migraphx_ep.targets import get_target
-from migraphx_ep.targets.gpu.lowering import GemmStep
+from migraphx_ep.targets.gpu.steps import GemmStep
 
 from .quantcheck import QDQ_STYLES, conv_mlp, inputs, matmul_only, qdq_model, write_table
 

@@ -17,8 +17,9 @@ from migraphx_ep.targets.gpu import nvrtc
 from migraphx_ep.targets.gpu.errors import device_error
 from migraphx_ep.targets.gpu.kernels import gqa as KG
 from migraphx_ep.targets.gpu.kernels.headers import included
-from migraphx_ep.targets.gpu.lowering import KernelStep, lower
+from migraphx_ep.targets.gpu.lowering import lower
 from migraphx_ep.targets.gpu.simulate import Memory, _step
+from migraphx_ep.targets.gpu.steps import KernelStep
 
 from . import gqacases, hostwarp
 

@@ -24,7 +24,8 @@ from migraphx_ep.targets.gpu.decompose import gpu_pipeline
 from migraphx_ep.targets.gpu.errors import device_error
 from migraphx_ep.targets.gpu.kernels.headers import expand
 from migraphx_ep.targets.gpu.kernels.spec import canonical
-from migraphx_ep.targets.gpu.lowering import Buf, KernelStep, lower
+from migraphx_ep.targets.gpu.lowering import lower
+from migraphx_ep.targets.gpu.steps import Buf, KernelStep
 
 from .hostblock import HAVE_GXX, launch
 from .test_shape_reuse import load, pooling_net

@@ -20,9 +20,10 @@ from migraphx_ep.ir.shape import Shape
 from migraphx_ep.passes import run_passes
 from migraphx_ep.targets import get_target
 from migraphx_ep.targets.gpu.fuse import fusion_passes
-from migraphx_ep.targets.gpu.lowering import GemmStep, KernelStep, Lowered, lower
+from migraphx_ep.targets.gpu.lowering import lower
 from migraphx_ep.targets.gpu.memory import Storage, check_plan, plan
 from migraphx_ep.targets.gpu.simulate import run_steps
+from migraphx_ep.targets.gpu.steps import GemmStep, KernelStep, Lowered
 
 from . import gqacases
 
@@ -106,7 +107,7 @@ def test_bad_switch_value_is_an_error_naming_it(monkeypatch, var: str) -> None:
 def test_unsupported_names_the_first_op_without_a_gpu_kernel() -> None:
     from onnx import TensorProto, helper
 
-    from migraphx_ep.targets.gpu.lowering import unsupported
+    from migraphx_ep.targets.gpu.support import unsupported
 
     assert unsupported(_program("bert.onnx").get_main_module()) is None
     node = helper.make_node("TopK", ["x", "k"], ["v", "i"], axis=1)
@@ -263,7 +264,7 @@ def test_gqa_kernel_sources_do_not_depend_on_lengths() -> None:
 
 
 def test_gqa_support_reasons() -> None:
-    from migraphx_ep.targets.gpu.lowering import instruction_supported
+    from migraphx_ep.targets.gpu.support import instruction_supported
 
     model, feeds = gqacases.gqa_model(1, 1, 4, [4], 5, d=264, hq=2, hkv=1)
     prog = gqacases.parse(model, feeds)
@@ -277,7 +278,7 @@ def test_gqa_support_reasons() -> None:
 @pytest.mark.parametrize("name", ["llama_fp32", "llama_int4", "phi3_int4", "qwen2_fp32"])
 def test_genai_decoder_is_one_gpu_partition_and_its_steps_match_ref(name: str) -> None:
     from migraphx_ep.ep.partition import partition
-    from migraphx_ep.targets.gpu.lowering import instruction_supported
+    from migraphx_ep.targets.gpu.support import instruction_supported
 
     model = gqacases.genai_graph(name)
     graph = model_to_dict(model)

@@ -94,7 +94,8 @@ def test_repeated_layers_compile_each_kernel_body_once(monkeypatch):
     from migraphx_ep.passes import run_passes
     from migraphx_ep.targets.gpu.decompose import gpu_pipeline
     from migraphx_ep.targets.gpu.kernels.spec import KERNEL_SYMBOL, canonical
-    from migraphx_ep.targets.gpu.lowering import KernelStep, lower
+    from migraphx_ep.targets.gpu.lowering import lower
+    from migraphx_ep.targets.gpu.steps import KernelStep
 
     path = os.path.join(os.path.dirname(__file__), "..", "models", "bert.onnx")
     g = model_to_dict(onnx.load(path))

@@ -27,8 +27,10 @@ from migraphx_ep.targets.gpu import blas, nvrtc
 from migraphx_ep.targets.gpu import kernels as K
 from migraphx_ep.targets.gpu.kernels.prelude import PRELUDE
 from migraphx_ep.targets.gpu.kernels.quant import FP8_HEADER, im2col_kernel, quantize_fp8_kernel
-from migraphx_ep.targets.gpu.lowering import GemmStep, instruction_supported, lower
+from migraphx_ep.targets.gpu.lowering import lower
 from migraphx_ep.targets.gpu.simulate import run_steps
+from migraphx_ep.targets.gpu.steps import GemmStep
+from migraphx_ep.targets.gpu.support import instruction_supported
 
 from . import hostcc
 from .test_kernel_host import SHIM

@@ -17,8 +17,10 @@ from migraphx_ep.ir.shape import Shape
 from migraphx_ep.passes import run_passes
 from migraphx_ep.targets import get_target
 from migraphx_ep.targets.gpu.decompose import gpu_pipeline
-from migraphx_ep.targets.gpu.lowering import GemmStep, KernelStep, lower, unsupported
+from migraphx_ep.targets.gpu.lowering import lower
 from migraphx_ep.targets.gpu.simulate import run_steps
+from migraphx_ep.targets.gpu.steps import GemmStep, KernelStep
+from migraphx_ep.targets.gpu.support import unsupported
 
 from .quantcheck import QDQ_STYLES, conv_mlp, ep_quantised, inputs, matmul_only, qdq_model, write_table
 

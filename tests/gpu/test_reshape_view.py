@@ -7,8 +7,9 @@ import numpy as np
 import pytest
 
 from migraphx_ep.ir.evaluate import run_module
-from migraphx_ep.targets.gpu.lowering import KernelStep, lower
+from migraphx_ep.targets.gpu.lowering import lower
 from migraphx_ep.targets.gpu.simulate import run_steps
+from migraphx_ep.targets.gpu.steps import KernelStep
 from migraphx_ep.targets.gpu.views import reshape_strides
 from passes.passcheck import Build
 

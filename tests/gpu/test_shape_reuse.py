@@ -25,7 +25,8 @@ from migraphx_ep.ir.shape import Shape
 from migraphx_ep.passes import run_passes
 from migraphx_ep.targets.gpu.decompose import gpu_pipeline
 from migraphx_ep.targets.gpu.kernels.spec import canonical
-from migraphx_ep.targets.gpu.lowering import KernelStep, lower
+from migraphx_ep.targets.gpu.lowering import lower
+from migraphx_ep.targets.gpu.steps import KernelStep
 
 MODELS = os.path.join(os.path.dirname(__file__), "..", "models")
 

@@ -16,7 +16,7 @@ from migraphx_ep.ir.dtypes import from_numpy
 from migraphx_ep.ir.module import Module
 from migraphx_ep.ir.operation import make_op
 from migraphx_ep.ir.shape import Shape, ShapeError
-from migraphx_ep.targets.gpu.lowering import instruction_supported
+from migraphx_ep.targets.gpu.support import instruction_supported
 from opcheck import assert_close, make_model, run_ort, run_ours
 
 RNG = np.random.default_rng(26)

@@ -109,7 +109,7 @@ class MIGraphXEp:
     def get_capability(self, graph: dict) -> list[list[int]]:
         check = None
         if self.target_name == "gpu":
-            from ..targets.gpu.lowering import instruction_supported
+            from ..targets.gpu.support import instruction_supported
 
             check = functools.partial(instruction_supported, cc=self.gpu_cc)
         graph, refuse = with_outer_scope_inputs(expand_fused(graph, self.fused_graphs))
@@ -153,7 +153,7 @@ class MIGraphXEp:
                 self._quantize(prog, options, tensors)
         target = self.target()
         if self.target_name == "gpu":
-            from ..targets.gpu.lowering import unsupported
+            from ..targets.gpu.support import unsupported
 
             reason = unsupported(prog.get_main_module(), self.gpu_cc)
             if reason is not None:

@@ -21,8 +21,8 @@ from ...switches import env_int
 from ...timing import stage
 from . import cuda
 from .errors import DeviceErrors
-from .lowering import Buf
 from .runtime_dims import DIMS_SUFFIX
+from .steps import Buf
 
 if TYPE_CHECKING:
     from .executable import GpuExecutable, Launch

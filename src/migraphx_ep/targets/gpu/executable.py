@@ -26,10 +26,11 @@ from . import cuda
 from .context import RunContext, max_contexts
 from .errors import DeviceErrors
 from .kernels.spec import KernelSpec, Unsupported, canonical
-from .lowering import Buf, ConvStep, GemmStep, KernelStep, Lowered, plan_lowered
 from .memory import ALIGN, Storage, align
 from .nvrtc import compile_source, source_key
 from .runtime_dims import native_pad, pad_inputs
+from .steps import Buf, ConvStep, GemmStep, KernelStep, Lowered, plan_lowered
+from .support import IDENTITY
 from .tuning import QUICK
 from .weights import DeviceWeights
 
@@ -177,7 +178,6 @@ class GpuExecutable:
         """The product on a generated kernel, then bias/residual/relu as one pointwise pass in place."""
         from . import kernels as K
         from .kernels.spec import PwInput, PwOp
-        from .lowering import _IDENTITY
 
         out = s.writes[0]
         a, b = s.reads[0], s.reads[1]
@@ -193,7 +193,7 @@ class GpuExecutable:
         if extra or relu:
             from ...ir.operation import OPS
 
-            expr = PwOp(_IDENTITY, (PwInput(0),), out.shape.type)
+            expr = PwOp(IDENTITY, (PwInput(0),), out.shape.type)
             for j in range(len(extra)):
                 expr = PwOp(OPS["add"](), (expr, PwInput(j + 1)), out.shape.type)
             if relu:

@@ -23,9 +23,10 @@ from ...ir.operation import Op
 from ...ir.shape import Shape
 from ...ops.gqa import GroupQueryAttention
 from .kernels import gqa as KG
+from .steps import Buf, KernelStep
 
 if TYPE_CHECKING:
-    from .lowering import Buf, Lowering
+    from .lowering import Lowering
 
 
 @dataclasses.dataclass(frozen=True)
@@ -141,7 +142,6 @@ def _standard(low: Lowering, b: Buf | None, label: str) -> Buf | None:
 
 def lower_gqa(low: Lowering, ins: Instruction) -> list[Buf]:
     """Emit ``ins``'s steps; returns its tuple's buffers (output, present_key, present_value)."""
-    from .lowering import KernelStep  # the lowering calls this module: import it once it exists
 
     op = ins.op
     q, k, v, pk, pv, sk, tot, cos, sin, sink = op.split_args([low._read(a) for a in ins.inputs])

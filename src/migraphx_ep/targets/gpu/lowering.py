@@ -8,19 +8,18 @@ in ``fuse/`` have decided by now:
 2. views (transpose, broadcast, slice, ...) produce no step: a value is (storage, byte offset, strided
    shape), and kernels read through the strides;
 3. each remaining instruction becomes one step: a generated kernel, a cuBLASLt GEMM or a cuDNN conv.
-What stays here is layout: channels-last activations for 2-D convolutions (``_want_channels_last``)
-and the copies a library call needs. Storages then get arena offsets from ``memory.plan``.
+What stays here is applying layout (``layout.py`` decides: channels-last activations for 2-D
+convolutions) and the copies a library call needs. The steps and buffers are ``steps.py``'s; storages
+get arena offsets from its ``plan_lowered``. What can be lowered at all is ``support.py``'s question.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass, field
 
 import numpy as np
 
-from ...ir.dtypes import DType
 from ...ir.instruction import Instruction
 from ...ir.module import Module
 from ...ir.operation import ModuleOp, Op
@@ -29,77 +28,18 @@ from ...ir.weights import WeightCache
 from ...switches import env_choice
 from . import kernels as K
 from .fuse.pointwise import is_pointwise, pointwise_groups
-from .kernels.attention import attention_kernel, attention_supported
-from .kernels.spec import KernelSpec, PwConst, PwExpr, PwInput, PwOp, Unsupported
-from .libcalls import EPILOGUE_TYPES, GEMM_TYPES, dnn_conv
-from .memory import Storage, plan
+from .gqa import lower_gqa
+from .kernels.attention import attention_kernel
+from .kernels.spec import PwConst, PwExpr, PwInput, PwOp, Unsupported
+from .layout import is_nhwc, matrix_layout, nhwc_shape, pointwise_conv, want_channels_last
+from .libcalls import GEMM_TYPES, dnn_conv
+from .memory import Storage
+from .quant import lower_quant
+from .steps import Buf, ConvStep, GemmStep, KernelStep, Lowered, Step
+from .support import IDENTITY
 from .views import is_view, scalar_value, strided_reshape
 
 log = logging.getLogger("migraphx_ep.gpu")
-
-# What fuse/ makes besides fused_attention: each one step (a kernel or a library call), or, where its
-# library does not load, the steps of its body.
-FUSED = frozenset({"fused_layernorm", "fused_gemm", "fused_conv", "fused_pointwise"})
-
-
-@dataclass(eq=False)
-class Buf:
-    """Where a value lives: ``offset`` bytes into ``storage``, laid out as ``shape`` (strides in elements)."""
-
-    storage: Storage
-    offset: int
-    shape: Shape
-
-
-@dataclass(eq=False)
-class Step:
-    label: str
-    reads: list[Buf]
-    writes: list[Buf]
-
-
-@dataclass(eq=False)
-class KernelStep(Step):
-    spec: KernelSpec = None  # type: ignore[assignment]
-    # What the kernel computes, for the numpy step simulator (``simulate.py``) and debugging:
-    # a pointwise expression, or the op (with ``args`` = extra attributes such as layernorm's).
-    expr: PwExpr | None = None
-    op: Op | None = None
-    args: dict = field(default_factory=dict)
-
-
-@dataclass(eq=False)
-class GemmStep(Step):
-    """D = A @ B (+ bias row) (+ C) over ``batch`` matrices; layouts are (row, col, batch) strides.
-    ``dtype`` is A's and B's; D has its buffer's type (int32 / float for int8 / fp8: ``quant.py``)."""
-
-    dtype: DType = DType.float_type
-    batch: int = 1
-    m: int = 0
-    n: int = 0
-    k: int = 0
-    layouts: tuple = ()  # (a, b, c) each (row_stride, col_stride, batch_stride)
-    has_bias: bool = False
-    has_residual: bool = False
-    relu: bool = False
-    conv_op: Op | None = None  # set when this GEMM is a 1x1 convolution (for the generated fallback)
-
-
-@dataclass(eq=False)
-class ConvStep(Step):
-    op: Op = None  # type: ignore[assignment]
-    has_bias: bool = False
-    has_residual: bool = False
-    relu: bool = False
-
-
-@dataclass
-class Lowered:
-    steps: list[Step]
-    storages: list[Storage]
-    inputs: dict[str, Buf]  # parameter name -> its copied-in buffer
-    outputs: list[Buf | np.ndarray]  # a device buffer, or a constant computed at compile time
-    weights: list[Storage] = field(default_factory=list)
 
 
 class Lowering:
@@ -151,7 +91,7 @@ class Lowering:
     # -- walking ------------------------------------------------------------------------------------------
     def run(self) -> Lowered:
         if self.channels_last is None:
-            self.channels_last = _want_channels_last(self.m, self.use_dnn)
+            self.channels_last = want_channels_last(self.m, self.use_dnn)
         ret = None
         for ins in self.m.instructions:
             if ins.is_return():
@@ -208,12 +148,8 @@ class Lowering:
         elif ins.name == "fused_layernorm":  # fuse/layernorm.py made it: one row kernel
             self._layernorm(ins)
         elif ins.name in ("quant_dot", "quant_convolution", "quantizelinear"):
-            from .quant import lower_quant  # quant.py builds on this module
-
             lower_quant(self, ins)
         elif ins.name == "group_query_attention":  # a tuple: its get_tuple_elem readers take the parts
-            from .gqa import lower_gqa  # gqa.py builds on this module
-
             parts = lower_gqa(self, ins)
             for u in ins.outputs:
                 self.bufs[id(u)] = parts[u.op.index]  # type: ignore[attr-defined]
@@ -252,7 +188,7 @@ class Lowering:
     def _conv_as_gemm(self, ins: Instruction, conv: Op, x: Buf, w: Buf, epi: dict[str, bool]) -> None:
         """NHWC pixels x filters: D[N*H*W, K] = X[N*H*W, C] @ W[K, C]^T, bias/residual/relu in the
         cuBLASLt epilogue; D is the output's NHWC buffer, so nothing is copied."""
-        if not _is_nhwc(x.shape):
+        if not is_nhwc(x.shape):
             x = self._relayout(x, "conv input")
         n, c, h, wd = x.shape.lens
         k = ins.shape.lens[1]
@@ -264,7 +200,7 @@ class Lowering:
             reads.append(self._read(next(extra)))
         if epi["residual"]:
             r = self._read(next(extra))
-            reads.append(r if _is_nhwc(r.shape) else self._relayout(r, "residual"))
+            reads.append(r if is_nhwc(r.shape) else self._relayout(r, "residual"))
         out = self._new(ins.shape.as_standard(), "conv", nhwc=True)
         m = n * h * wd
         layouts = ((c, 1, 0), (1, c, 0), (k, 1, 0))
@@ -279,14 +215,14 @@ class Lowering:
     def _relayout(self, src: Buf, label: str) -> Buf:
         """A copy of ``src`` in NHWC layout."""
         out = self._new(src.shape.as_standard(), label, nhwc=True)
-        expr = PwOp(_IDENTITY, (PwInput(0),), src.shape.type)
+        expr = PwOp(IDENTITY, (PwInput(0),), src.shape.type)
         spec = K.pointwise_kernel(f"k{len(self.steps)}_nhwc", expr, [src.shape], out.shape)
         self._emit(KernelStep(f"to NHWC ({label})", [src], [out], spec=spec, expr=expr))
         return out
 
     def _nhwc_weight(self, ins: Instruction, w: Buf) -> Buf:
         """Filters in KRSC order: transposed once on the host when constant, else by a copy kernel."""
-        if _is_nhwc(w.shape):
+        if is_nhwc(w.shape):
             return w
         base = ins
         if base.is_literal() and w.shape.standard():
@@ -305,7 +241,7 @@ class Lowering:
 
     def _copy(self, src: Buf, label: str) -> Buf:
         out = self._new(src.shape.as_standard(), label)
-        expr = PwOp(_IDENTITY, (PwInput(0),), src.shape.type)
+        expr = PwOp(IDENTITY, (PwInput(0),), src.shape.type)
         spec = K.pointwise_kernel(f"k{len(self.steps)}_copy", expr, [src.shape], out.shape)
         self._emit(KernelStep(f"copy ({label})", [src], [out], spec=spec, expr=expr))
         return out
@@ -339,7 +275,7 @@ class Lowering:
             return PwInput(index[key])
 
         expr = build(root)
-        nhwc = any(_is_nhwc(b.shape) and b.shape.lens == root.shape.lens for b in inputs)
+        nhwc = any(is_nhwc(b.shape) and b.shape.lens == root.shape.lens for b in inputs)
         out = self._new(root.shape.as_standard(), root.name, nhwc)
         spec = K.pointwise_kernel(self._name(root), expr, [b.shape for b in inputs], out.shape)
         self._emit(KernelStep(f"pointwise {root.name}", inputs, [out], spec=spec, expr=expr))
@@ -399,7 +335,7 @@ class Lowering:
         args = [self._read(a) for a in ins.inputs]
         if ins.name == "resize":  # its coordinate tables are data, so one source serves every size
             args.append(self._weight(K.resize_table(ins.op, args[0].shape), "resize table"))
-        keeps_layout = ins.name in ("pooling", "pad") and _is_nhwc(args[0].shape)
+        keeps_layout = ins.name in ("pooling", "pad") and is_nhwc(args[0].shape)
         out = self._new(ins.shape.as_standard(), ins.name, keeps_layout)
         spec = K.kernel_for(self._name(ins), ins.op, [a.shape for a in args], out.shape)
         self._emit(KernelStep(ins.name, args, [out], spec=spec, op=ins.op))
@@ -422,7 +358,7 @@ class Lowering:
         batch = int(np.prod(batch_lens)) if batch_lens else 1
         a = self._matrix_ready(a)
         b = self._matrix_ready(b)
-        la, lb = _layout(a.shape), _layout(b.shape)
+        la, lb = matrix_layout(a.shape), matrix_layout(b.shape)
         out = self._new(ins.shape.as_standard(), "gemm")
         lc = (n, 1, m * n)
         # One big GEMM instead of `batch` small ones when B is shared and A's rows are evenly spaced.
@@ -445,7 +381,7 @@ class Lowering:
 
     def _matrix_ready(self, buf: Buf) -> Buf:
         """A buffer cuBLASLt can read: batch dims collapse to one stride and a matrix dim is unit-stride."""
-        if _layout(buf.shape) is None:
+        if matrix_layout(buf.shape) is None:
             return self._copy(buf, "gemm operand")
         return buf
 
@@ -459,10 +395,10 @@ class Lowering:
             return self._lower_body(ins)  # optimised where cuDNN loads, or the epilogue switched off
         epi = {k: fused and bool(getattr(ins.op, k)) for k in ("bias", "residual", "relu")}
         x, w = (self._read(a) for a in ins.inputs[:2])
-        if self.channels_last and self.use_blas and _pointwise_conv(conv, ins.inputs[1].shape, ins.shape):
+        if self.channels_last and self.use_blas and pointwise_conv(conv, ins.inputs[1].shape, ins.shape):
             return self._conv_as_gemm(ins, conv, x, w, epi)
         if self.channels_last and x.shape.ndim() == 4:
-            if not _is_nhwc(x.shape):
+            if not is_nhwc(x.shape):
                 x = self._relayout(x, "conv input")
             w = self._nhwc_weight(ins.inputs[1], w)
         reads = [x, w, *(self._read(a) for a in ins.inputs[2:])]  # the bias, then the residual
@@ -490,165 +426,6 @@ def body_op(ins: Instruction, name: str) -> Op:
     return next(i.op for i in ins.module_args[0].instructions if i.name == name)
 
 
-def nhwc_shape(s: Shape) -> Shape:
-    """``s`` (logical NCHW dims) laid out channels-last: the strides of an NHWC buffer."""
-    n, c, h, w = s.lens
-    return Shape(s.type, s.lens, (h * w * c, 1, w * c, c))
-
-
-def _is_nhwc(s: Shape) -> bool:
-    return s.ndim() == 4 and s.lens[1] > 1 and s.strides == nhwc_shape(s).strides and not s.standard()
-
-
-def _want_channels_last(m: Module, use_dnn: bool) -> bool:
-    """NHWC pays off where tensor cores run the convolutions (half, bf16, and fp32 through TF32), and
-    makes 1x1 convolutions plain GEMMs. ``MIGRAPHX_EP_NHWC=0`` turns it off."""
-
-    mode = env_choice("MIGRAPHX_EP_NHWC", "auto", ("auto", "0", "1"))
-    if mode == "0" or not use_dnn:
-        return False
-    convs = [i for i in m.instructions if i.name in ("convolution", "fused_conv") and i.shape.ndim() == 4]
-    # int8/fp8 convolutions run as K-major GEMMs (targets/gpu/quant.py): channels-last activations are
-    # their rows as they are (1x1: no im2col at all), and the quantising kernels then read and write
-    # them coalesced.
-    quant = any(i.name == "quant_convolution" and i.shape.ndim() == 4 for i in m.instructions)
-    if not convs:
-        return quant
-    # Measured on an H200 (ResNet-50): NHWC beat NCHW in fp32 (TF32) as well as fp16, at batch 1 and 32.
-    return mode == "1" or all(i.shape.type in GEMM_TYPES for i in convs)
-
-
-def _pointwise_conv(op: Op, w: Shape, out: Shape) -> bool:
-    """A 1x1, stride-1, unpadded, ungrouped 2-D convolution: in NHWC it is one GEMM."""
-    return (
-        out.ndim() == 4
-        and out.type in EPILOGUE_TYPES
-        and w.lens[2:] == (1, 1)
-        and op.group == 1  # type: ignore[attr-defined]
-        and not any(op.padding)  # type: ignore[attr-defined]
-        and all(s == 1 for s in op.stride)  # type: ignore[attr-defined]
-        and all(d == 1 for d in op.dilation)  # type: ignore[attr-defined]
-    )
-
-
-def _collapse(lens: tuple[int, ...], strides: tuple[int, ...]) -> int | None:
-    """The single stride that walks these (batch) dims in order, 0 if broadcast, None if there is none."""
-    dims = [(n, s) for n, s in zip(lens, strides, strict=True) if n != 1]
-    if not dims:
-        return 0
-    if all(s == 0 for _, s in dims):
-        return 0
-    for (_, s1), (n2, s2) in zip(dims, dims[1:], strict=False):
-        if s1 != s2 * n2:
-            return None
-    return dims[-1][1]
-
-
-def _layout(s: Shape) -> tuple[int, int, int] | None:
-    """(row, col, batch) strides of a batched matrix view, or None when cuBLASLt cannot read it."""
-    *blens, rows, cols = s.lens
-    *bstr, rs, cs = s.strides
-    bs = _collapse(tuple(blens), tuple(bstr))
-    if bs is None:
-        return None
-    if rows == 1:
-        rs = cols if cs == 1 else max(rs, 1)
-    if cols == 1:
-        cs = rows if rs == 1 else max(cs, 1)
-    if cs == 1 and rs >= cols and rs > 0:
-        return (rs, 1, bs)
-    if rs == 1 and cs >= rows and cs > 0:
-        return (1, cs, bs)
-    return None
-
-
-def _identity_op() -> Op:
-    from ...ir.operation import OPS
-
-    return OPS["identity"]()
-
-
-_IDENTITY = _identity_op()
-
-
-def instruction_supported(ins: Instruction, cc: tuple[int, int] | None = None) -> str | None:
-    """None when the gpu target can lower ``ins`` alone, with a kernel of its own or through its
-    decomposition (``decompose``); else why not (the partitioner's question). ``cc``: the GPU's compute
-    capability, for what needs a newer one (fp8); None when unknown (nothing is refused for it)."""
-    if ins.name == "dimensions_of":  # the pipeline's first pass reads it from an input (runtime_dims.py)
-        return None if ins.inputs[0].is_param() else "dimensions_of of a computed value"
-    reason = kernel_supported(ins)
-    if reason is None:
-        from .quant import device_reason
-
-        return device_reason(ins, cc)
-    from .decompose import decomposition_supported  # decompose imports this module
-
-    return decomposition_supported(ins, reason)
-
-
-def kernel_supported(ins: Instruction) -> str | None:
-    """None when ``ins`` lowers to a step of its own (a kernel, a library call, a view); else why not."""
-    if ins.is_param() or ins.is_literal() or ins.is_return() or is_view(ins):
-        return None
-    if ins.name == "fused_attention":
-        return attention_supported(ins.op, [a.shape for a in ins.inputs], ins.shape, ins.module_args[0])
-    if ins.name in FUSED:  # made by fuse/ from instructions with kernels: each lowers as its body does
-        return next(filter(None, map(kernel_supported, ins.module_args[0].instructions)), None)
-    if isinstance(ins.op, ModuleOp) or ins.module_args:
-        return f"{ins.name}: control flow does not run on the gpu target"
-    if ins.name == "bit_cast":  # a view of the same bytes (element widths are equal)
-        return K.pointwise_supported(_IDENTITY, [ins.inputs[0].shape.type, ins.shape.type])
-    if ins.name == "group_query_attention":
-        from .gqa import gqa_supported  # gqa.py builds on this module
-
-        return gqa_supported(ins)
-    if ins.name == "get_tuple_elem" and ins.inputs[0].name == "group_query_attention":
-        return kernel_supported(ins.inputs[0])
-    if ins.name in ("quant_dot", "quant_convolution", "quantizelinear"):
-        from .quant import quant_supported
-
-        return quant_supported(ins)
-    if ins.name in ("dot", "convolution", "reshape", "flatten", "contiguous"):
-        if ins.name == "convolution" and ins.shape.type not in GEMM_TYPES:
-            return K.supported(ins.op, [a.shape for a in ins.inputs], ins.shape)
-        if ins.name == "dot" and ins.shape.type not in GEMM_TYPES:
-            return K.supported(ins.op, [a.shape for a in ins.inputs], ins.shape)
-        return None
-    if ins.name in K.POINTWISE_OPS:  # a lone one; fuse/pointwise.py's is_pointwise when supported
-        return K.pointwise_supported(ins.op, [a.shape.type for a in ins.inputs])
-    return K.supported(ins.op, [a.shape for a in ins.inputs], ins.shape)
-
-
-def plan_lowered(lowered: Lowered) -> int:
-    """Give every storage its lifetime (in steps) and arena offset; returns the arena's size."""
-    steps = lowered.steps
-    for st in lowered.storages:
-        st.first, st.last = (-1, -1) if st.kind == "input" else (len(steps), -1)
-    for i, step in enumerate(steps):
-        for b in step.writes:
-            b.storage.first = min(b.storage.first, i)
-            b.storage.last = max(b.storage.last, i)
-        for b in step.reads:
-            b.storage.last = max(b.storage.last, i)
-    for o in lowered.outputs:
-        if isinstance(o, Buf):
-            o.storage.last = len(steps)
-    for st in lowered.storages:
-        if st.first > st.last:  # written and never read: it still needs its own bytes
-            st.last = st.first
-    return plan(lowered.storages)
-
-
-def unsupported(module: Module, cc: tuple[int, int] | None = None) -> str | None:
-    """Why the gpu target cannot lower ``module`` (its first instruction without a kernel), or None."""
-    for ins in module.instructions:
-        reason = instruction_supported(ins, cc)
-        if reason is not None:
-            return reason
-    return None
-
-
 def lower(
     module: Module,
     use_blas: bool,
@@ -659,4 +436,4 @@ def lower(
     return Lowering(module, use_blas, use_dnn, channels_last, weights).run()
 
 
-__all__ = ["Buf", "ConvStep", "GemmStep", "KernelStep", "Lowered", "Step", "instruction_supported", "lower"]
+__all__ = ["Lowering", "body_op", "lower"]

@@ -45,9 +45,11 @@ from .kernels.conv import conv_supported
 from .kernels.gemm import gemm_supported
 from .kernels.quant import im2col_kernel, quantize_fp8_kernel
 from .kernels.spec import Unsupported
+from .layout import is_nhwc, matrix_layout, nhwc_shape
+from .steps import Buf, GemmStep, KernelStep
 
 if TYPE_CHECKING:
-    from .lowering import Buf, Lowering
+    from .lowering import Lowering
 
 QUANT_OPS = frozenset({"quant_dot", "quant_convolution"})
 LOWERED = QUANT_OPS | {"quantizelinear"}  # what lower_quant takes (quantizelinear: into fp8e4m3fn)
@@ -114,12 +116,11 @@ def lower_quant(lw: Lowering, ins: Instruction) -> None:
 
 
 def _quantize_fp8(lw: Lowering, ins: Instruction) -> None:
-    from .lowering import KernelStep, _is_nhwc
 
     args = [lw._read(a) for a in ins.inputs]
     # In the layout of what it quantises: channels-last stays so (coalesced both ways, and a 1x1 fp8
     # convolution then reads it as its GEMM's rows, as int8 ones do).
-    out = lw._new(ins.shape.as_standard(), ins.name, nhwc=_is_nhwc(args[0].shape))
+    out = lw._new(ins.shape.as_standard(), ins.name, nhwc=is_nhwc(args[0].shape))
     spec = quantize_fp8_kernel(lw._name(ins), ins.op, [a.shape for a in args], out.shape)
     lw._emit(KernelStep("quantizelinear (fp8)", args, [out], spec=spec, op=ins.op))
     lw.bufs[id(ins)] = out
@@ -127,7 +128,6 @@ def _quantize_fp8(lw: Lowering, ins: Instruction) -> None:
 
 # -- quant_dot -------------------------------------------------------------------------------------------
 def _quant_dot(lw: Lowering, ins: Instruction) -> None:
-    from .lowering import GemmStep, KernelStep, _layout
 
     a, b = (lw._read(x) for x in ins.inputs)
     t = a.shape.type
@@ -145,7 +145,7 @@ def _quant_dot(lw: Lowering, ins: Instruction) -> None:
     bt = _b_rows(lw, ins.inputs[1], b, np_, kp, kq)
     b_view = _buf(bt, _transposed(bt.shape))  # [.., Kp, Np] with K contiguous
     out = lw._new(Shape(out_t, (*blens, m, np_)), "quant gemm")
-    la, lb = _layout(a.shape), _layout(b_view.shape)
+    la, lb = matrix_layout(a.shape), matrix_layout(b_view.shape)
     assert la is not None and lb is not None  # both were laid out for this
     batch = math.prod(blens)
     lc = (np_, 1, m * np_)
@@ -160,9 +160,8 @@ def _quant_dot(lw: Lowering, ins: Instruction) -> None:
 def _k_major(lw: Lowering, a: Buf, kp: int, kq: int, label: str) -> Buf:
     """``a`` ([.., M, K]) as cuBLASLt's TN form wants it: K contiguous and ``kp`` long (zero-padded),
     row and batch strides multiples of ``kq``, 16-byte aligned; a copy kernel only when it is not."""
-    from .lowering import _layout
 
-    lay = _layout(a.shape)
+    lay = matrix_layout(a.shape)
     k = a.shape.lens[-1]
     if lay is not None and lay[1] == 1 and k == kp and lay[0] % kq == 0 and lay[2] % kq == 0:
         if a.offset % 16 == 0:
@@ -176,9 +175,7 @@ def _b_rows(lw: Lowering, b_ins: Instruction, b: Buf, np_: int, kp: int, kq: int
     bt = _buf(b, _transposed(b.shape))
     n, k = bt.shape.lens[-2:]
     if n == np_ and k == kp and b.offset % 16 == 0:
-        from .lowering import _layout
-
-        lay = _layout(bt.shape)
+        lay = matrix_layout(bt.shape)
         if lay is not None and lay[1] == 1 and lay[0] % kq == 0 and lay[2] % kq == 0:
             return bt
     value = host_value(b)
@@ -200,7 +197,6 @@ def _b_rows(lw: Lowering, b_ins: Instruction, b: Buf, np_: int, kp: int, kq: int
 
 # -- quant_convolution ---------------------------------------------------------------------------------
 def _quant_conv(lw: Lowering, ins: Instruction) -> None:
-    from .lowering import GemmStep, KernelStep
 
     x, w = (lw._read(a) for a in ins.inputs)
     t, op = x.shape.type, ins.op
@@ -250,7 +246,6 @@ def _quant_conv(lw: Lowering, ins: Instruction) -> None:
 def _rows_as_they_are(x: Shape, im: Im2col, columns: int) -> bool:
     """Whether ``x`` already is ``im``'s matrix: a dense channels-last (NHWC) tensor under a 1x1, stride-1,
     unpadded window, with no padding columns (C a multiple of the GEMM's K granule)."""
-    from .lowering import nhwc_shape
 
     if x.ndim() != 4:
         return False
@@ -274,7 +269,6 @@ def _round(n: int, q: int) -> int:
 
 
 def _buf(b: Buf, shape: Shape) -> Buf:
-    from .lowering import Buf
 
     return Buf(b.storage, b.offset, shape)
 
@@ -313,7 +307,6 @@ def _weight_array(lw: Lowering, src: Instruction, b: Buf, what: tuple, make) -> 
 def _pad_copy(lw: Lowering, src: Buf, k_pad: int, n_pad: int, label: str) -> Buf:
     """``src`` copied standard with ``n_pad`` zero rows and ``k_pad`` zero columns added (the pad
     kernel moves raw bytes, so int8 and fp8 alike)."""
-    from .lowering import KernelStep
 
     r = src.shape.ndim()
     op = make_op("pad", pads=[0] * r + [0] * (r - 2) + [n_pad, k_pad])

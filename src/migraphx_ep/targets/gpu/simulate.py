@@ -22,8 +22,8 @@ from ...ops.nn import matmul
 from ...ops.quant import QuantDot
 from .errors import device_error
 from .kernels.spec import KernelSpec, PwConst, PwExpr, PwInput, PwOp
-from .lowering import Buf, ConvStep, GemmStep, KernelStep, Lowered, Step, plan_lowered
 from .memory import align, check_plan
+from .steps import Buf, ConvStep, GemmStep, KernelStep, Lowered, Step, plan_lowered
 
 
 class Memory:

@@ -26,6 +26,7 @@ from ....passes.manager import Pass
 from ....passes.pipelines import ref_pipeline
 from ....passes.simplify_qdq import SIMPLIFY_QDQ
 from ..kernels.spec import Unsupported
+from ..support import kernel_supported
 from .attention import decompose_attention, decompose_rotary_embedding
 from .builder import Builder
 from .conv import decompose_convolution_backwards
@@ -53,12 +54,6 @@ DECOMPOSITIONS: dict[str, Decomposition] = {
 }
 
 
-def _kernel_supported(ins: Instruction) -> str | None:
-    from ..lowering import kernel_supported  # the lowering imports this module
-
-    return kernel_supported(ins)
-
-
 @functools.lru_cache(maxsize=4096)
 def _check(op: object, shapes: tuple[Shape, ...]) -> str | None:
     """Why the decomposition of ``op`` on inputs of ``shapes`` does not lower (None: it does)."""
@@ -70,7 +65,7 @@ def _check(op: object, shapes: tuple[Shape, ...]) -> str | None:
     except Unsupported as e:
         return f"{ins.name}: {e}"
     for new in m.instructions:
-        reason = None if new is ins or new.is_param() else _kernel_supported(new)
+        reason = None if new is ins or new.is_param() else kernel_supported(new)
         if reason is not None:
             return f"{ins.name} (decomposed): {reason}"
     return None
@@ -110,7 +105,7 @@ def decompose_ops(m: Module) -> bool:
     """Replace each instruction without a gpu kernel whose decomposition lowers by that decomposition."""
     changed = False
     for ins in m:
-        if ins.name not in DECOMPOSITIONS or _kernel_supported(ins) is None:
+        if ins.name not in DECOMPOSITIONS or kernel_supported(ins) is None:
             continue
         if decomposition_supported(ins) is not None:
             continue  # left alone: the lowering refuses it with its own reason
