@@ -33,6 +33,7 @@ from .conv import decompose_convolution_backwards
 from .linalg import decompose_einsum, decompose_lrn
 from .loss import decompose_nll_loss
 from .quant import decompose_dequantizelinear, decompose_dynamicquantizelinear, decompose_quantizelinear
+from .rnn import decompose_recurrent
 from .scatter import decompose_scatter_elements, decompose_scatternd
 from .sequence import decompose_reverse_sequence
 
@@ -49,6 +50,7 @@ DECOMPOSITIONS: dict[str, Decomposition] = {
     "lrn": decompose_lrn,
     "reverse_sequence": decompose_reverse_sequence,
     "convolution_backwards": decompose_convolution_backwards,
+    **{k: decompose_recurrent for k in ("rnn", "gru", "lstm")},
     **{f"scatter_{r}": decompose_scatter_elements for r in ("none", "add", "mul", "max", "min")},
     **{f"scatternd_{r}": decompose_scatternd for r in ("none", "add", "mul", "max", "min")},
 }
