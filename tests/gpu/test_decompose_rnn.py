@@ -12,7 +12,7 @@ from migraphx_ep.targets.gpu import nvrtc
 
 from .decomposecheck import check_decomposed, compile_kernels
 from .gpucheck import F16, F64, Tol
-from .rnncases import DIRECTIONS, GATES, S, rnn_model
+from .rnncases import DIRECTIONS, GATES, rnn_model
 
 
 def _check(
@@ -119,12 +119,20 @@ def test_long_sequences_are_refused(rng) -> None:  # noqa: ANN001
         assert not refused or f"over {MAX_STEPS}" in next(iter(why.values()))
 
 
-def test_kernel_counts_per_step(rng) -> None:  # noqa: ANN001
-    # Both directions share each step's GEMM: one per step, plus the input GEMM of all steps.
-    for op, per_step in (("RNN", 1), ("GRU", 2), ("LSTM", 1)):
-        model, feeds = rnn_model(rng, op, "bidirectional")
+@pytest.mark.parametrize("op,gemms,launches", [("RNN", 1, 2), ("GRU", 2, 5), ("LSTM", 1, 4)])
+def test_launches_per_step(rng, op: str, gemms: int, launches: int) -> None:  # noqa: ANN001
+    # Both directions share each step's GEMMs, plus one input GEMM for all steps; the pointwise work
+    # of a step fuses into one kernel per value read later (RNN: state; GRU: z, r*h, state; LSTM: c
+    # and the two states), so four more steps add four times a step's launches.
+    counts = []
+    for steps in (4, 8):
+        model, feeds = rnn_model(
+            rng, op, "bidirectional", steps=steps, lens=np.array([steps, 0, 2], np.int32)
+        )
         low = check_decomposed(model, feeds, [op.lower()])
-        assert sum("gemm" in s.label for s in low.steps) == 1 + per_step * S, [s.label for s in low.steps]
+        assert sum("gemm" in s.label for s in low.steps) == 1 + gemms * steps, [s.label for s in low.steps]
+        counts.append(len(low.steps))
+    assert counts[1] - counts[0] == 4 * launches, counts
 
 
 @pytest.mark.skipif(nvrtc.nvrtc_available() is not None, reason=str(nvrtc.nvrtc_available()))

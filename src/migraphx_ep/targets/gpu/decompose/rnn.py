@@ -60,6 +60,11 @@ class _Unroll:
         """Gate k (of width H) of the last axis."""
         return _slice(self.b, x, x.shape.ndim() - 1, k * self.h, (k + 1) * self.h)
 
+    def add_bias(self, x: Instruction, rb: Instruction, k: int) -> Instruction:
+        # Gate by gate (the same sums as the ref's whole-width add): each is read by one gate's
+        # kernel only, so it fuses there instead of being a kernel of its own.
+        return self.b.pw("add", self.gate(x, k), self.gate(rb, k))
+
     def dot(self, x: Instruction, rt: Instruction) -> Instruction:
         return self.b.add("dot", x, rt)
 
@@ -71,15 +76,16 @@ class _Unroll:
         if self.kind == "gru":
             return self._gru(acts, gx, h, rt, rb)
         c = state[1]
-        a = b.pw("add", b.pw("add", gx, self.dot(h, rt)), rb)
+        pre = b.pw("add", gx, self.dot(h, rt))
+        a = [self.add_bias(pre, rb, k) for k in range(4)]
         pi, po, pf = (self.gate(p, k) for k in range(3))
-        i = self.act(acts[0], b.pw("add", self.gate(a, 0), b.pw("mul", pi, c)))
+        i = self.act(acts[0], b.pw("add", a[0], b.pw("mul", pi, c)))
         if self.op.input_forget:  # type: ignore[attr-defined]
             fg = b.pw("sub", 1, i)
         else:
-            fg = self.act(acts[0], b.pw("add", self.gate(a, 2), b.pw("mul", pf, c)))
-        c_new = b.pw("add", b.pw("mul", fg, c), b.pw("mul", i, self.act(acts[1], self.gate(a, 3))))
-        o = self.act(acts[0], b.pw("add", self.gate(a, 1), b.pw("mul", po, c_new)))
+            fg = self.act(acts[0], b.pw("add", a[2], b.pw("mul", pf, c)))
+        c_new = b.pw("add", b.pw("mul", fg, c), b.pw("mul", i, self.act(acts[1], a[3])))
+        o = self.act(acts[0], b.pw("add", a[1], b.pw("mul", po, c_new)))
         return [b.pw("mul", o, self.act(acts[2], c_new)), c_new]
 
     def _gru(self, acts, gx, h, rt, rb):  # noqa: ANN001, ANN202
@@ -87,9 +93,8 @@ class _Unroll:
         lbr = self.op.linear_before_reset  # type: ignore[attr-defined]
         # linear_before_reset: the whole recurrent product at once (the reset applies after it)
         hr = self.dot(h, rt if lbr else _slice(b, rt, 2, 0, 2 * hs))
-        rz = b.pw("add", _slice(b, hr, 2, 0, 2 * hs), _slice(b, rb, 2, 0, 2 * hs))
-        z = self.act(acts[0], b.pw("add", self.gate(gx, 0), self.gate(rz, 0)))
-        rr = self.act(acts[0], b.pw("add", self.gate(gx, 1), self.gate(rz, 1)))
+        z = self.act(acts[0], b.pw("add", self.gate(gx, 0), self.add_bias(hr, rb, 0)))
+        rr = self.act(acts[0], b.pw("add", self.gate(gx, 1), self.add_bias(hr, rb, 1)))
         rb_h = self.gate(rb, 2)
         if lbr:
             inner = b.pw("add", self.gate(gx, 2), b.pw("mul", rr, b.pw("add", self.gate(hr, 2), rb_h)))
@@ -159,11 +164,12 @@ def decompose_recurrent(b: Builder, ins: Instruction) -> list[Instruction]:
             new = u.step(dir_acts[d0], gxt, state, rt, rb, pg)
             on = b.reshape(_slice(b, active, 0, t, t + 1), [1, bsz, 1])
             state = [b.pw("where", on, nv, old) for nv, old in zip(new, state, strict=True)]
-            ys[gi].append(b.pw("where", on, new[0], 0.0))
+            ys[gi].append(state[0])  # masked once for all steps below: one output per step's kernel
         finals.append(state)
 
     # Y: each step's outputs stacked over time, reverse directions put back in time order.
     y = _cat(b, [b.reshape(_cat(b, list(parts), 0), [1, d_n, bsz, hs]) for parts in zip(*ys, strict=True)], 0)
+    y = b.pw("where", b.reshape(active, [s, 1, bsz, 1]), y, 0.0)  # zeros past each row's length
     if perm is not None:
         y = _cat(b, [_reorder(b, _slice(b, y, 1, d, d + 1), perm) if rev else _slice(b, y, 1, d, d + 1)
                      for d, rev in enumerate(reverse)], 1)  # fmt: skip
