@@ -1,6 +1,7 @@
 """decompose_ops: an instruction the gpu target has no kernel for becomes instructions it has kernels
 for (MIGraphX rewrites such ops for its gpu target the same way): attention into dot + softmax +
-pointwise, nll_loss into gathers + pointwise + reductions, quantizelinear into pointwise, ...
+pointwise, nll_loss into gathers + pointwise + reductions, quantizelinear into pointwise, rnn/gru/lstm
+unrolled into per-step GEMMs + pointwise, ...
 
 One small function per op, in the ``DECOMPOSITIONS`` table (op name -> function(builder, ins) returning
 the replacement value, or the list of tuple elements for an op with a tuple result). A decomposition

@@ -22,8 +22,9 @@ from ....ops.rnn import GATES
 from ..kernels.spec import Unsupported
 from .builder import Builder
 
-# Unrolling emits ~10-25 instructions per step, each pass and the lowering walk all of them, so the
-# compile time grows with S; past this many steps the node stays on ORT's CPU EP instead.
+# Unrolling emits ~10-30 instructions per step and every pass and the lowering walks them all, so
+# compile time grows faster than S (a bidirectional LSTM decomposes, compiles and simulates in about
+# 0.8 s at 128 steps on one CPU core, 5.5 s at 512); past this cap the node stays on ORT's CPU EP.
 MAX_STEPS = 128
 I64 = DType.int64_type
 
