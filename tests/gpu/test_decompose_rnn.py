@@ -110,7 +110,7 @@ def test_long_sequences_are_refused(rng) -> None:  # noqa: ANN001
     from migraphx_ep.ep.partition import partition
     from migraphx_ep.frontend import model_to_dict
     from migraphx_ep.targets.gpu.decompose.rnn import MAX_STEPS
-    from migraphx_ep.targets.gpu.lowering import instruction_supported
+    from migraphx_ep.targets.gpu.support import instruction_supported
 
     for steps, refused in ((MAX_STEPS, False), (MAX_STEPS + 1, True)):
         model, _ = rnn_model(rng, "RNN", steps=steps)
