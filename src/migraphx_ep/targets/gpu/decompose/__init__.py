@@ -35,8 +35,14 @@ from .linalg import decompose_einsum, decompose_lrn
 from .loss import decompose_nll_loss
 from .quant import decompose_dequantizelinear, decompose_dynamicquantizelinear, decompose_quantizelinear
 from .rnn import decompose_recurrent
-from .scatter import decompose_scatter_elements, decompose_scatternd
+from .scatter import (
+    decompose_max_unpool,
+    decompose_scatter_elements,
+    decompose_scatternd,
+    decompose_tensor_scatter,
+)
 from .sequence import decompose_reverse_sequence
+from .signal import decompose_dft
 
 Decomposition = Callable[[Builder, Instruction], "Instruction | list[Instruction]"]
 
@@ -52,6 +58,9 @@ DECOMPOSITIONS: dict[str, Decomposition] = {
     "reverse_sequence": decompose_reverse_sequence,
     "convolution_backwards": decompose_convolution_backwards,
     **{k: decompose_recurrent for k in ("rnn", "gru", "lstm")},
+    "tensor_scatter": decompose_tensor_scatter,
+    "max_unpool": decompose_max_unpool,
+    "dft": decompose_dft,
     **{f"scatter_{r}": decompose_scatter_elements for r in ("none", "add", "mul", "max", "min")},
     **{f"scatternd_{r}": decompose_scatternd for r in ("none", "add", "mul", "max", "min")},
 }

@@ -1,5 +1,6 @@
-"""Scatters (ScatterElements, ScatterND, each with reduction none/add/mul/max/min) as dense
-compare-and-reduce (``ops/data.py`` is the meaning).
+"""Scatters (ScatterElements, ScatterND, each with reduction none/add/mul/max/min, and MaxUnpool) as
+dense compare-and-reduce (``ops/data.py``, ``ops/sampling.py`` are the meaning); TensorScatter as one
+gather_elements (``ops/layout.py``).
 
 Every output position compares itself with every index that could land on it (for ScatterElements only
 those along the axis), so the work is outputs x candidates: small scatters only (``DENSE_LIMIT``).
@@ -106,8 +107,11 @@ def decompose_scatter_elements(b: Builder, ins: Instruction) -> Instruction:
 
 def decompose_scatternd(b: Builder, ins: Instruction) -> Instruction:
     data, idx, upd = ins.inputs
+    return _scatternd(b, data, idx, upd, _reduction(ins))
+
+
+def _scatternd(b: Builder, data: Instruction, idx: Instruction, upd: Instruction, red: str) -> Instruction:
     d, k = data.shape.lens, idx.shape.lens[-1]
-    red = _reduction(ins)
     p, s, n = math.prod(d[:k]), math.prod(d[k:]), math.prod(idx.shape.lens[:-1])
     if n == 0:
         return data
@@ -130,3 +134,38 @@ def decompose_scatternd(b: Builder, ins: Instruction) -> Instruction:
         u3 = b.broadcast_to(b.add("unsqueeze", upd2, axes=[0]), [p, n, s])
         res = _combine(b, red, data2, u3, m3, 1)
     return b.reshape(res, d)
+
+
+def decompose_max_unpool(b: Builder, ins: Instruction) -> Instruction:
+    # zeros of the output with y.flat[I] = X: a ScatterND into the flat output, the later of two equal
+    # indices winning as in np.put; indices are clipped to the output first (np.put's mode="clip").
+    x, idx = ins.inputs
+    size, n = ins.shape.elements(), x.shape.elements()
+    zeros = b.broadcast_to(b.literal(np.zeros(1), x.shape.type), [size])
+    where = b.reshape(b.pw("clip", idx, 0, max(size - 1, 0)), [n, 1])
+    return b.reshape(_scatternd(b, zeros, where, b.reshape(x, [n]), "none"), ins.shape.lens)
+
+
+def decompose_tensor_scatter(b: Builder, ins: Instruction) -> Instruction:
+    # present[b, .., p, ..] = update[b, .., p - w[b], ..] where 0 <= p - w[b] < S (mod M when circular),
+    # else past: one gather_elements of the update, one where. A write index the ref refuses (negative,
+    # or a linear write running past the end) turns its batch's gather index to S, out of range, so
+    # the gather raises IndexError where the ref raises it.
+    past, upd = ins.inputs[:2]
+    ax, rank = ins.op.axis % past.shape.ndim(), past.shape.ndim()  # type: ignore[attr-defined]
+    batch, m, s = past.shape.lens[0], past.shape.lens[ax], upd.shape.lens[ax]
+    if s == 0:
+        raise Unsupported("tensor_scatter of an empty update")
+    lens = [1] * rank
+    lens[0] = batch
+    w = b.reshape(ins.inputs[2], lens) if len(ins.inputs) == 3 else b.literal(np.zeros(lens), I64)
+    pos = b.pw("sub", _iota(b, m, ax, rank), w)
+    ok = b.pw("greater_or_equal", w, 0)
+    if ins.op.circular:  # type: ignore[attr-defined]
+        pos = b.pw("mod", pos, m)
+    else:
+        ok = b.pw("logical_and", ok, b.pw("less_or_equal", w, m - s))
+    inside = b.pw("logical_and", b.pw("greater_or_equal", pos, 0), b.pw("less", pos, s))
+    idx = b.pw("where", ok, b.pw("where", inside, pos, 0), s)
+    val = b.add("gather_elements", upd, b.broadcast_to(idx, past.shape.lens), axis=ax)
+    return b.pw("where", b.broadcast_to(inside, past.shape.lens), val, past)
