@@ -26,8 +26,9 @@ from .data import (
 )
 from .gather import gather_elements_kernel, gather_kernel, gathernd_kernel
 from .gemm import gemm_kernel, gemm_supported
+from .linalg import det_kernel, det_supported
 from .pointwise import POINTWISE_OPS, pointwise_kernel, pointwise_supported
-from .pooling import pooling_kernel
+from .pooling import pooling_indices_kernel, pooling_kernel
 from .prelude import PRELUDE, c_type
 from .reduce import REDUCE_OPS, SOFTMAX_OPS, reduce_kernel, reduce_supported
 from .resize import resize_kernel, resize_supported, resize_table
@@ -44,6 +45,8 @@ _KERNELS: dict[str, Make] = {
     "concat": concat_kernel,
     "pad": lambda name, op, i, o: pad_kernel(name, op, i[0], o),
     "pooling": lambda name, op, i, o: pooling_kernel(name, op, i[0], o),
+    "pooling_indices": lambda name, op, i, o: pooling_indices_kernel(name, op, i[0], o),
+    "det": lambda name, op, i, o: det_kernel(name, op, i[0], o),
     "resize": lambda name, op, i, o: resize_kernel(name, op, i[0], o),
     "onehot": lambda name, op, i, o: onehot_kernel(name, op, i[0], i[1], o),
     "trilu": lambda name, op, i, o: trilu_kernel(name, op, i[0], o),
@@ -52,7 +55,7 @@ _KERNELS: dict[str, Make] = {
     "dot": lambda name, op, i, o: gemm_kernel(name, i[0], i[1], o),
     "convolution": lambda name, op, i, o: conv_kernel(name, op, i[0], i[1], o),
 }
-_COMPUTED = frozenset({"pooling", "prefix_scan_sum"})  # need a compute type (fp8 has none)
+_COMPUTED = frozenset({"pooling", "pooling_indices", "prefix_scan_sum"})  # need a compute type (fp8 has none)
 
 
 def _check(op: Op, inputs: list[Shape], out: Shape) -> str | None:
@@ -74,6 +77,8 @@ def _check(op: Op, inputs: list[Shape], out: Shape) -> str | None:
         return f"{name} with {inputs[1].type.name} indices"
     if name == "resize":
         return resize_supported(op, inputs[0])
+    if name == "det":
+        return det_supported(inputs[0])
     if name == "pooling" and op.mode not in ("max", "average", "lpnorm"):  # type: ignore[attr-defined]
         return f"pooling mode {op.mode}"  # type: ignore[attr-defined]
     if name in _COMPUTED or name == "onehot":

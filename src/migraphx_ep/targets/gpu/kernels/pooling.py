@@ -120,3 +120,45 @@ def _window_pool(name: str, op: Op, x: Shape, out: Shape) -> KernelSpec:
     loop_lines += [f"{'  ' * (k - 1 - i)}}}" for i in range(k)]
     body += loop_lines + [f"out0[oo] = {finish.format(acc='acc', count='count')};"]
     return index_kernel(name, [x], [c_type(t)], out, c_type(t), body, p=rp)
+
+
+def pooling_indices_kernel(name: str, op: Op, x: Shape, out: Shape) -> KernelSpec:
+    """MaxPool's Indices (``ops/sampling.py``): one thread per output walks its window in row-major
+    order and keeps the first strict maximum, as the ref's argmax over the padded window does: a NaN
+    (the ref's -inf) never wins, and a window with no value above -inf keeps its first element, a pad's
+    -1 included. Spatial positions flatten row-major, or column-major for ``storage_order`` 1."""
+    k = x.ndim() - 2
+    p, st, dil = op.pooling().attrs(k)  # type: ignore[attr-defined]
+    lens, order = op.lengths, op.storage_order  # type: ignore[attr-defined]
+    rp = params_for(out, x)
+    size = [rp.i64(x.lens[2 + i]) for i in range(k)]
+    plane = rp.i64(int(np.prod(x.lens[2:], dtype=np.int64)))
+    xstrides = [rp.stride(s) for s in x.strides]
+    a = "double" if x.type == DType.double_type else "float"  # exact for every input type
+
+    def flat(c: list[str]) -> str:
+        """The spatial position of coordinates ``c`` in the ref's flattening (Horner's scheme)."""
+        axes = list(range(k)) if order == 0 else list(range(k))[::-1]
+        pos = c[axes[0]]
+        for i in axes[1:]:
+            pos = f"({pos}) * {size[i]} + {c[i]}"
+        return pos
+
+    body = [f"const i64 c{i}0 = (i64)o{2 + i} * {st[i]}ll - {p[i]}ll;" for i in range(k)]
+    body.append(f"const i64 base = ((i64)o0 * {rp.i64(x.lens[1])} + (i64)o1) * {plane};")
+    first = " && ".join(f"c{i}0 >= 0 && c{i}0 < {size[i]}" for i in range(k))
+    body.append(f"i64 arg = ({first}) ? base + {flat([f'c{i}0' for i in range(k)])} : -1ll;")
+    wide = DType.double_type if a == "double" else DType.float_type
+    body.append(f"{a} best = {c_literal(float('-inf'), wide)};")
+    for i in range(k):
+        ind = "  " * i
+        body.append(f"{ind}for (int w{i} = 0; w{i} < {lens[i]}; ++w{i}) {{")
+        body.append(f"{ind}  const i64 c{i} = c{i}0 + w{i} * {dil[i]}ll;")
+        body.append(f"{ind}  if (c{i} < 0 || c{i} >= {size[i]}) continue;")
+    src = offset(["o0", "o1"] + [f"(IDX)c{i}" for i in range(k)], xstrides, "IDX")
+    ind = "  " * k
+    body.append(f"{ind}const {a} v = ({a})mx_ld(in0[{src}]);")
+    body.append(f"{ind}if (v > best) {{ best = v; arg = base + {flat([f'c{i}' for i in range(k)])}; }}")
+    body += [f"{'  ' * (k - 1 - i)}}}" for i in range(k)]
+    body.append("out0[oo] = arg;")
+    return index_kernel(name, [x], [c_type(x.type)], out, "i64", body, p=rp)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from .gpucheck import EXACT, F16, F64, FP32_SUM, check_nodes, check_op, node, normal, sum_tol
+from .gpucheck import EXACT, F16, F32, F64, FP32_SUM, check_nodes, check_op, node, normal, sum_tol
 from .test_decompose_scatter_dft import unpool_indices
 
 pytestmark = pytest.mark.gpu
@@ -49,3 +49,33 @@ def test_dft_zero_padded(gpu, rng) -> None:  # noqa: ANN001
     feeds = {"x": normal(rng, (2, 5, 1))}
     nodes = [node("DFT", ["x", "n"], onesided=1, axis=1)]
     check_nodes(nodes, feeds, gpu, FP32_SUM, inits={"n": np.array(8, np.int64)}, opset=19)
+
+
+@pytest.mark.parametrize("order", [0, 1])
+@pytest.mark.parametrize("dtype", [F32, F16, F64], ids=["f32", "f16", "f64"])
+def test_max_pool_indices(gpu, rng, dtype, order: int) -> None:  # noqa: ANN001
+    # small integers: ties, where the first maximum must win; NaN never wins
+    x = rng.integers(-3, 4, (2, 3, 7, 8)).astype(dtype)
+    x.reshape(-1)[::7] = np.nan
+    attrs = {"kernel_shape": [3, 2], "strides": [2, 2], "dilations": [2, 1], "pads": [2, 1, 1, 1]}
+    nodes = [node("MaxPool", ["x"], ["y", "i"], storage_order=order, ceil_mode=1, **attrs)]
+    check_nodes(nodes, {"x": x}, gpu, EXACT, outputs=["y", "i"], opset=12)
+
+
+def test_max_pool_indices_3d(gpu, rng) -> None:  # noqa: ANN001
+    x = rng.integers(-5, 6, (1, 2, 4, 5, 6)).astype(F32)
+    nodes = [node("MaxPool", ["x"], ["y", "i"], kernel_shape=[2, 2, 3], pads=[1, 0, 1, 0, 1, 1])]
+    check_nodes(nodes, {"x": x}, gpu, EXACT, outputs=["y", "i"], opset=12)
+
+
+@pytest.mark.parametrize("dtype", [F32, F16, F64], ids=["f32", "f16", "f64"])
+def test_det(gpu, rng, dtype) -> None:  # noqa: ANN001
+    for lens in ((2, 3, 3, 3), (4, 5, 5), (2, 2), (3, 1, 1)):
+        check_op("Det", {"x": normal(rng, lens, dtype)}, gpu, sum_tol(dtype))
+
+
+def test_det_pivoting_and_singular(gpu) -> None:  # noqa: ANN001
+    from .test_kernel_host_pool_det import DET_EXACT
+
+    # a reshuffle of these is no longer singular or integer-valued: the tolerance covers both runs
+    check_op("Det", {"x": DET_EXACT}, gpu, FP32_SUM)
