@@ -281,14 +281,13 @@ def test_bitcast_refusals():
 # -- the gpu target has no kernel for these: it refuses them (the ref target runs them) -------------
 GPU_CASES = [
     ("prefix_scan_prod", [((4, 3), np.float32)], {"axis": 1}),
-    ("det", [((2, 3, 3), np.float32)], {}),
     (
         "col2im",
         [((1, 4, 4), np.float32)],
         dict(image_shape=[3, 3], block_shape=[2, 2], **col2im_attrs(2, {})),
     ),
-    ("tensor_scatter", [((2, 4, 3), np.float32), ((2, 1, 3), np.float32)], {"axis": 1}),
-]  # bit_cast runs there as a view (tests/gpu/test_decompose_ops.py)
+]  # bit_cast runs there as a view (tests/gpu/test_decompose_ops.py); det has a kernel and tensor_scatter
+# a decomposition (tests/gpu/test_kernel_host_pool_det.py, test_decompose_scatter_dft.py)
 
 
 @pytest.mark.parametrize("name,inputs,attrs", GPU_CASES, ids=[c[0] for c in GPU_CASES])
