@@ -106,7 +106,7 @@ def test_dft_types(rng, dtype) -> None:  # noqa: ANN001
 def test_dft_complex_inverse_is_refused(rng) -> None:  # noqa: ANN001
     from migraphx_ep.ep.partition import partition
     from migraphx_ep.frontend import model_to_dict
-    from migraphx_ep.targets.gpu.lowering import instruction_supported
+    from migraphx_ep.targets.gpu.support import instruction_supported
 
     feeds = {"x": normal(rng, (3, 5, 2))}
     model = _model("DFT", feeds, opset=19, axis=1, inverse=1)
@@ -130,7 +130,7 @@ def test_dft_too_large_is_refused() -> None:
     from migraphx_ep.ir.module import Module
     from migraphx_ep.ir.operation import make_op
     from migraphx_ep.ir.shape import Shape
-    from migraphx_ep.targets.gpu.lowering import instruction_supported
+    from migraphx_ep.targets.gpu.support import instruction_supported
 
     m = Module()
     x = m.add_parameter("x", Shape(DType.float_type, (1, 2048, 2)))
