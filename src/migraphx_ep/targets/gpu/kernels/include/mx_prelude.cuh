@@ -1,22 +1,28 @@
 // mx_prelude.cuh: the device header every generated kernel includes first.
 //
 // Self-contained CUDA C++ (NVRTC gets no toolkit headers, so nothing here includes any): fixed-width
-// integer names, 16-bit storage types for half and bfloat16, and numpy's element semantics as small
+// integer names, 16-bit storage types for half and bfloat16, 8-bit ones for the four float8 formats
+// (converted in software, so on any GPU), and numpy's element semantics as small
 // templates (mx_add wraps integers, mx_div is ONNX/C integer division with numpy's answer at MIN / -1,
 // mx_cvt is astype including x86's float-to-int results out of range, mx_max propagates NaN and mx_fmax
 // skips it; mx_fail reports a failed run-time check). Half and bfloat16 values live in float ("compute
 // type") between a load and a store; generators round them back to 16 bits after every op, as the ref
-// target does. Then the warp and block reductions the row, reduce and attention kernels share.
+// target does; float8 values too, though generators only convert them. Then the warp and block
+// reductions the row, reduce and attention kernels share.
 //
 // The four PTX conversions sit under __CUDA_ARCH__ so the same text compiles on a host with a small shim
-// that defines them (tests/gpu/test_device_headers.py, and the host launchers in tests/gpu/);
-// everything else is plain C++17.
+// that defines them (tests/gpu/test_device_headers.py, and the host launchers in tests/gpu/), and
+// float's bits come from a union there; everything else is plain C++17.
 #ifndef MX_PRELUDE_CUH
 #define MX_PRELUDE_CUH
 typedef signed char i8; typedef unsigned char u8; typedef short i16; typedef unsigned short u16;
 typedef int i32; typedef unsigned int u32; typedef long long i64; typedef unsigned long long u64;
 struct mx_f16 { u16 bits; };
 struct mx_bf16 { u16 bits; };
+struct mx_fp8e4m3fn { u8 bits; };
+struct mx_fp8e4m3fnuz { u8 bits; };
+struct mx_fp8e5m2 { u8 bits; };
+struct mx_fp8e5m2fnuz { u8 bits; };
 #define MX_DEV __device__ __forceinline__
 #define MX_UNROLL _Pragma("unroll")
 
@@ -25,6 +31,9 @@ MX_DEV float mx_h2f(u16 h) { float f; asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(
 MX_DEV u16 mx_f2h(float f) { u16 h; asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f)); return h; }
 MX_DEV u16 mx_d2h(double d) { u16 h; asm("cvt.rn.f16.f64 %0, %1;" : "=h"(h) : "d"(d)); return h; }
 MX_DEV u16 mx_f2bf(float f) { u16 h; asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(h) : "f"(f)); return h; }
+MX_DEV u32 mx_fbits(float f) { return __float_as_uint(f); }
+#else
+MX_DEV u32 mx_fbits(float f) { union { float f; u32 u; } c = {f}; return c.u; }  // GCC defines the pun
 #endif
 
 template <class A, class B> struct mx_same_t { static constexpr bool v = false; };
@@ -41,9 +50,66 @@ template <> struct mx_t<float> { static constexpr bool flt = true, sgn = true; t
 template <> struct mx_t<double> { static constexpr bool flt = true, sgn = true; typedef double W; };
 template <class T, int V> struct alignas(sizeof(T) * V) mx_vec { T v[V]; };
 
+// float8 <-> float in software: exact decoding, encoding as ml_dtypes' astype (the ref's), ties to even.
+// A format is M mantissa bits, exponent BIAS and its largest finite code MAX (sign off); FNUZ: 0x80 is
+// the one NaN (ml_dtypes decodes it as -NaN) and there is no -0; INF: 0x7c is infinity (E5M2 only).
+// Without saturate a magnitude rounding past MAX is infinity where the format has one, else NaN; with
+// it, finite overflow and infinities give +-MAX (ONNX Cast's saturate) and NaN stays NaN.
+template <u32 M_, u32 BIAS_, u32 MAX_, bool FNUZ_, bool INF_> struct mx_f8_fmt {
+  static constexpr bool is = true, FNUZ = FNUZ_, INF = INF_;
+  static constexpr u32 M = M_, BIAS = BIAS_, MAX = MAX_;
+};
+template <class T> struct mx_f8 { static constexpr bool is = false; };
+template <> struct mx_f8<mx_fp8e4m3fn> : mx_f8_fmt<3, 7, 0x7e, false, false> {};
+template <> struct mx_f8<mx_fp8e4m3fnuz> : mx_f8_fmt<3, 8, 0x7f, true, false> {};
+template <> struct mx_f8<mx_fp8e5m2> : mx_f8_fmt<2, 15, 0x7b, false, true> {};
+template <> struct mx_f8<mx_fp8e5m2fnuz> : mx_f8_fmt<2, 16, 0x7f, true, false> {};
+template <class T> MX_DEV float mx_from_f8(u8 v) {
+  typedef mx_f8<T> F;
+  const u32 s = (u32)(v & 0x80u) << 24, a = v & 0x7fu, e = a >> F::M, m = a & ((1u << F::M) - 1u);
+  if (F::FNUZ ? v == 0x80u : a > F::MAX + (F::INF ? 1u : 0u))
+    return __int_as_float((int)(F::FNUZ ? 0xffc00000u : s | 0x7fc00000u));
+  if (F::INF && a == 0x7cu) return __int_as_float((int)(s | 0x7f800000u));
+  if (e == 0u) {  // subnormal: m units of 2^(1 - BIAS - M), a normal float
+    const float f = (float)m * __int_as_float((int)((128u - F::BIAS - F::M) << 23));
+    return s ? -f : f;
+  }
+  return __int_as_float((int)(s | ((e + 127u - F::BIAS) << 23) | (m << (23u - F::M))));
+}
+template <class T> MX_DEV T mx_to_f8(float f, bool saturate) {
+  typedef mx_f8<T> F;
+  const u32 b = mx_fbits(f), s = (b >> 24) & 0x80u, a = b & 0x7fffffffu, e = a >> 23;
+  if (a > 0x7f800000u) return T{(u8)(F::FNUZ ? 0x80u : s | (F::INF ? 0x7eu : 0x7fu))};  // NaN
+  u32 r = 0x100u;  // infinity: past every finite code
+  if (a < 0x7f800000u && e + F::BIAS >= 128u) {
+    // In fp8's normal range: drop 23 - M mantissa bits rounding to even on the whole magnitude, so a
+    // carry moves into the exponent; then rebias.
+    const u32 sh = 23u - F::M;
+    r = ((a + (1u << (sh - 1u)) - 1u + ((a >> sh) & 1u)) >> sh) - ((127u - F::BIAS) << F::M);
+  } else if (a < 0x7f800000u) {
+    // Below it: whole units of the subnormal step 2^(1 - BIAS - M), sh >= 21 bits of the significand
+    // dropped (a result of 1 << M is the smallest normal code); past 24 less than half a unit is left.
+    const u32 sig = (a & 0x7fffffu) | (e ? 0x800000u : 0u), sh = 151u - F::BIAS - F::M - (e ? e : 1u);
+    r = 0u;
+    if (sh < 25u) {
+      const u32 q = sig >> sh, rem = sig & ((1u << sh) - 1u), half = 1u << (sh - 1u);
+      r = q + ((rem > half || (rem == half && (q & 1u))) ? 1u : 0u);
+    }
+  }
+  if (r > F::MAX) {
+    if (!saturate) return T{(u8)(F::FNUZ ? 0x80u : s | (F::INF ? 0x7cu : 0x7fu))};  // inf, or NaN
+    r = F::MAX;
+  }
+  return T{(u8)((F::FNUZ && r == 0u) ? 0u : s | r)};  // fnuz has no -0
+}
+
 // Storage -> compute type (half and bfloat16 compute in float).
 MX_DEV float mx_ld(mx_f16 h) { return mx_h2f(h.bits); }
 MX_DEV float mx_ld(mx_bf16 h) { return __int_as_float((u32)h.bits << 16); }
+MX_DEV float mx_ld(mx_fp8e4m3fn v) { return mx_from_f8<mx_fp8e4m3fn>(v.bits); }
+MX_DEV float mx_ld(mx_fp8e4m3fnuz v) { return mx_from_f8<mx_fp8e4m3fnuz>(v.bits); }
+MX_DEV float mx_ld(mx_fp8e5m2 v) { return mx_from_f8<mx_fp8e5m2>(v.bits); }
+MX_DEV float mx_ld(mx_fp8e5m2fnuz v) { return mx_from_f8<mx_fp8e5m2fnuz>(v.bits); }
 template <class T> MX_DEV T mx_ld(T x) { return x; }
 
 // numpy's float -> int astype on x86: out of range and NaN give the "integer indefinite" pattern.
@@ -63,8 +129,17 @@ template <class To, class F> MX_DEV To mx_f2i(F x) {
   else if constexpr (mx_same<To, i64>) return mx_cvtt64(x);
   else return (To)mx_cvtt32(x);  // 8/16-bit results keep the low bits of the 32-bit conversion
 }
+// A float8 value (decoded to float) to an integer, as ml_dtypes casts it: NaN is 0 and an infinity the
+// type's limit; finite values as from float.
+template <class To> MX_DEV To mx_f8_to_int(float x) {
+  const float inf = __int_as_float(0x7f800000);
+  if (x != x) return (To)0;
+  if (x != inf && x != -inf) return mx_f2i<To>(x);
+  const To hi = mx_t<To>::sgn ? (To)(((typename mx_t<To>::W)1 << (8 * sizeof(To) - 1)) - 1u) : (To)~(To)0;
+  return x > 0 ? hi : mx_t<To>::sgn ? (To)(-hi - 1) : (To)0;
+}
 // astype(To) of a compute value; returns the storage type. f16 from double rounds once (numpy);
-// bfloat16 goes through float, as ml_dtypes does.
+// bfloat16 and float8 go through float, as ml_dtypes does (from double: two roundings).
 template <class To, class From> MX_DEV To mx_cvt(From x) {
   if constexpr (mx_same<To, From>) return x;
   else if constexpr (mx_same<To, bool>) return x != (From)0;
@@ -72,6 +147,7 @@ template <class To, class From> MX_DEV To mx_cvt(From x) {
     if constexpr (mx_same<From, double>) return mx_f16{mx_d2h(x)};
     else return mx_f16{mx_f2h((float)x)};
   } else if constexpr (mx_same<To, mx_bf16>) return mx_bf16{mx_f2bf((float)x)};
+  else if constexpr (mx_f8<To>::is) return mx_to_f8<To>((float)x, false);
   else if constexpr (mx_t<To>::flt || !mx_t<From>::flt) return (To)x;
   else return mx_f2i<To>(x);
 }
