@@ -45,11 +45,14 @@ class Memory:
         start = b.storage.offset + b.offset
         flat = base[start:]
         flat = flat[: flat.size // dt.itemsize * dt.itemsize]
+        # Strided as unsigned integers of the element's width, then viewed: as_strided goes through the
+        # array interface, whose typestr for ml_dtypes' float8_e5m2 ("<f1") numpy cannot read back.
+        raw = np.dtype(f"u{dt.itemsize}")
         return np.lib.stride_tricks.as_strided(
-            flat.view(dt),
+            flat.view(raw),
             shape=b.shape.lens,
             strides=[s * dt.itemsize for s in b.shape.strides],
-        )
+        ).view(dt)
 
 
 def _eval(expr: PwExpr, args: list[np.ndarray], lens: tuple[int, ...]) -> np.ndarray:
