@@ -26,6 +26,12 @@ F16 = np.dtype(np.float16)
 F32 = np.dtype(np.float32)
 F64 = np.dtype(np.float64)
 BF16 = np.dtype(ml_dtypes.bfloat16)
+FP8_TYPES = [
+    np.dtype(ml_dtypes.float8_e4m3fn),
+    np.dtype(ml_dtypes.float8_e4m3fnuz),
+    np.dtype(ml_dtypes.float8_e5m2),
+    np.dtype(ml_dtypes.float8_e5m2fnuz),
+]
 
 
 @dataclass(frozen=True)
@@ -114,7 +120,9 @@ def assert_matches(got: np.ndarray, want: np.ndarray, tol: Tol, what: str = "") 
     got, want = np.asarray(got), np.asarray(want)
     assert got.dtype == want.dtype, f"{what}: dtype {got.dtype} != {want.dtype}"
     assert got.shape == want.shape, f"{what}: shape {got.shape} != {want.shape}"
-    if want.dtype.kind == "f" or want.dtype == BF16:
+    if want.dtype in FP8_TYPES:  # exact, by code: numpy's equality never matches a float8 NaN
+        np.testing.assert_array_equal(got.view(np.uint8), want.view(np.uint8), err_msg=what)
+    elif want.dtype.kind == "f" or want.dtype == BF16:
         w = want.astype(np.float64)
         atol = tol.atol
         if tol.scaled and np.isfinite(w).any():

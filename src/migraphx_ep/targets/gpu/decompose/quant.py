@@ -1,16 +1,17 @@
 """Linear quantisation as pointwise chains and reductions (``ops/quant.py`` is the meaning).
 
 Every step is one IR op in the ref's compute type (float32, or float64 for double scales), so the
-chain rounds exactly where ``compute`` does; float8 results keep their refusal (no kernel type).
+chain rounds exactly where ``compute`` does; float8 inputs and results only convert (the prelude's
+codecs; quantizelinear into E4M3FN has a kernel of its own and comes here only when that refuses).
 """
 
 from __future__ import annotations
 
+import ml_dtypes
 import numpy as np
 
 from ....ir.dtypes import DType, to_numpy
 from ....ir.instruction import Instruction
-from ..kernels.spec import Unsupported
 from .builder import Builder
 
 
@@ -22,10 +23,18 @@ def decompose_quantizelinear(b: Builder, ins: Instruction) -> Instruction:
     # y = clip(nan_to_num(rint(x / s) + zp), lo, hi): rint is nearbyint (half to even); NaN gives 0.
     x, s, *zp = ins.inputs
     out = ins.shape.type
-    if to_numpy(out).kind not in "iu":
-        raise Unsupported(f"output type {out.name} (float8 has no kernel type)")
     ct = _compute_type(s)
-    q = b.pw("nearbyint", b.pw("div", b.convert(x, ct), b.convert(s, ct)))
+    q = b.pw("div", b.convert(x, ct), b.convert(s, ct))
+    if to_numpy(out).kind not in "iu":
+        # float8 (saturate_cast): x / s + zp unrounded, clipped to the finite range when saturating (clip
+        # keeps NaN, as the ref's does), then one conversion, through float as ml_dtypes' from double.
+        if zp:
+            q = b.pw("add", q, b.convert(zp[0], ct))
+        if ins.op.saturate:  # type: ignore[attr-defined]
+            hi = float(ml_dtypes.finfo(to_numpy(out)).max)
+            q = b.pw("clip", q, -hi, hi, t=ct)
+        return b.convert(q, out)
+    q = b.pw("nearbyint", q)
     if zp:
         q = b.pw("add", q, b.convert(zp[0], ct))
     if to_numpy(out).itemsize > 2:
@@ -38,15 +47,20 @@ def decompose_quantizelinear(b: Builder, ins: Instruction) -> Instruction:
 
 
 def decompose_dequantizelinear(b: Builder, ins: Instruction) -> Instruction:
-    # y = (x - zp) * s: the difference is exact in int64, converted once, then scaled.
+    # y = (x - zp) * s: an integer difference is exact in int64, converted once, then scaled; float8
+    # values convert exactly to the compute type, where the ref subtracts them.
     x, s, *zp = ins.inputs
     ct = _compute_type(s)
-    if to_numpy(x.shape.type).kind not in "iu":
-        raise Unsupported(f"input type {x.shape.type.name} (float8 has no kernel type)")
-    d = b.convert(x, DType.int64_type)
-    if zp:
-        d = b.pw("sub", d, b.convert(zp[0], DType.int64_type))
-    y = b.pw("mul", b.convert(d, ct), b.convert(s, ct))
+    if to_numpy(x.shape.type).kind in "iu":
+        d = b.convert(x, DType.int64_type)
+        if zp:
+            d = b.pw("sub", d, b.convert(zp[0], DType.int64_type))
+        d = b.convert(d, ct)
+    else:
+        d = b.convert(x, ct)
+        if zp:
+            d = b.pw("sub", d, b.convert(zp[0], ct))
+    y = b.pw("mul", d, b.convert(s, ct))
     return b.convert(y, ins.shape.type)
 
 

@@ -15,21 +15,22 @@ from __future__ import annotations
 import numpy as np
 
 from .... import ops as _ops  # noqa: F401 - every op class registered before POINTWISE_OPS is read
-from ....ir.dtypes import FLOAT_TYPES, DType, to_numpy
+from ....ir.dtypes import FLOAT_TYPES, INT_TYPES, DType, to_numpy
 from ....ir.operation import OPS, Op
 from ....ir.shape import Shape, standard_strides
 from ....ops.pointwise import zero_divisor_message
 from .params import Params
 from .prelude import (
     BLOCK,
+    FP8,
     NARROW,
     PRELUDE,
     c_literal,
-    c_type,
     check_strides,
     collapse,
     compute_type,
     decompose,
+    elem_type,
     grid_for,
     index_type,
     offset,
@@ -48,17 +49,25 @@ _ATTR_OPS = frozenset(
 POINTWISE_OPS: frozenset[str] = frozenset(n for n, c in OPS.items() if getattr(c, "cpp", "")) - {"contiguous"}
 
 
+# What pointwise kernels do with float8 values: convert them (to and from float compute values, the
+# prelude's codecs) and copy them. Arithmetic on them would need every op's ref checked against
+# ml_dtypes' float8 ufuncs first; refused, those stay on ORT's CPU EP.
+_FP8_OPS = frozenset({"convert", "identity"})
+
+
 def pointwise_supported(op: Op, in_types: list[DType]) -> str | None:
     """None when ``op`` on elements of ``in_types`` has a kernel expression, else why not."""
     if op.name not in POINTWISE_OPS:
         return f"{op.name} is not a pointwise op the gpu kernels know"
+    types = [*in_types, op.target_type] if op.name == "convert" else in_types  # type: ignore[attr-defined]
     try:
-        for t in in_types:
-            c_type(t)
-        if op.name == "convert":
-            c_type(op.target_type)  # type: ignore[attr-defined]
+        for t in types:
+            elem_type(t)
     except Unsupported as e:
         return str(e)
+    fp8 = [DType(t) for t in types if t in FP8]
+    if fp8 and op.name not in _FP8_OPS:
+        return f"{op.name} on {fp8[0].name}: the gpu kernels only convert and copy float8 values"
     return None
 
 
@@ -84,6 +93,8 @@ def _expr(op: Op, args: list[str], types: list[DType]) -> str:
     t = types[-1] if name in ("where", "clip") else types[0]
     if name == "convert" and t in NARROW and op.target_type == DType.uint32_type:  # type: ignore[attr-defined]
         return f"mx_cvtt64({args[0]})"  # numpy and ml_dtypes go through int64 here (unlike float)
+    if name == "convert" and t in FP8 and op.target_type in INT_TYPES:  # type: ignore[attr-defined]
+        return f"mx_f8_to_int<{elem_type(op.target_type)}>({args[0]})"  # ml_dtypes: NaN 0, inf saturates
     c = compute_type(t)
     if name == "shrink" and t not in FLOAT_TYPES:
         args = [f"(double){a}" for a in args]
@@ -119,7 +130,7 @@ class _Emitter:
         raw = _expr(e.op, args, [t for _, t in vals])
         var = f"v{len(self.memo)}"
         t = DType(e.type)
-        self.lines.append(f"const {compute_type(t)} {var} = mx_round<{c_type(t)}>({raw});")
+        self.lines.append(f"const {compute_type(t)} {var} = mx_round<{elem_type(t)}>({raw});")
         self.memo[key] = (var, t)
         return var, t
 
@@ -143,7 +154,7 @@ def element_function(expr: PwExpr, in_types: list[DType], out_type: DType) -> tu
     var, _ = em.value(expr)
     params = ", ".join(f"const {compute_type(t)} x{i}" for i, t in enumerate(in_types))
     body = "".join(f"  {line}\n" for line in em.lines)
-    out_c = c_type(out_type)
+    out_c = elem_type(out_type)
     ret = f"  return mx_cvt<{out_c}>({var});\n"
     if em.checks:
         return f"  auto mx_elem = [=]({params}) -> {out_c} {{\n{body}{ret}  }};\n", tuple(em.checks)
@@ -161,8 +172,8 @@ def pointwise_kernel(name: str, expr: PwExpr, inputs: list[Shape], out: Shape) -
         inputs, out = [Shape(raw, inputs[0].lens, inputs[0].strides)], Shape(raw, out.lens, out.strides)
         expr = PwInput(0)
     in_types = [s.type for s in inputs]
-    in_c = [c_type(t) for t in in_types]
-    out_c = c_type(out.type)
+    in_c = [elem_type(t) for t in in_types]
+    out_c = elem_type(out.type)
     elem, checks = element_function(expr, in_types, out.type)
     head, local = (PRELUDE, elem) if checks else (PRELUDE + elem, "")
     n = out.elements()
@@ -228,16 +239,16 @@ def _flat_body(
         return "\n".join(lines) + "\n", n
     ptrs = [f"in{i}" for i, sc in enumerate(scalar) if not sc] + ["out0"]
     aligned = " | ".join(
-        f"((u64){ptr} % sizeof(mx_vec<{c_type(t)}, {v}>))" for ptr, t in zip(ptrs, vec_types, strict=True)
+        f"((u64){ptr} % sizeof(mx_vec<{elem_type(t)}, {v}>))" for ptr, t in zip(ptrs, vec_types, strict=True)
     )
     vec_args = ", ".join(f"s{i}" if sc else f"mx_ld(a{i}.v[j])" for i, sc in enumerate(scalar))
-    out_c = c_type(out_type)
+    out_c = elem_type(out_type)
     lines.append(f"  const {idx} nv = {count} / {v}u;")
     lines.append(f"  if (({aligned}) == 0) {{")
     lines.append(f"    for ({idx} q = tid; q < nv; q += step) {{")
     for i, sc in enumerate(scalar):
         if not sc:
-            ct = c_type(in_types[i])
+            ct = elem_type(in_types[i])
             lines.append(
                 f"      const mx_vec<{ct}, {v}> a{i} = reinterpret_cast<const mx_vec<{ct}, {v}>*>(in{i})[q];"
             )
@@ -273,7 +284,7 @@ def _rowvec_body(
     flag = p(int(fits))
     vlens = [p(x) for x in [*lens[:-1], lens[-1] // v]]
     digits = [f"d{k}" for k in range(len(lens))]
-    ct = [c_type(t) for t in types]
+    ct = [elem_type(t) for t in types]
     vstrides = [[p.stride(x) for x in st[:-1]] for st in strides]
 
     def off(k: int) -> str:

@@ -2,9 +2,11 @@
 
 ``PRELUDE`` is the line ``#include "mx_prelude.cuh"`` (``include/``, shipped in the package; see
 ``headers.py``): self-contained CUDA C++ with fixed-width integer names, 16-bit storage types for half
-and bfloat16, numpy's element semantics as small ``mx_*`` templates and the warp/block reductions.
-Half and bfloat16 values live in float ("compute type") between a load and a store; generators round
-them back to 16 bits after every op (``c_type``, ``compute_type`` here), as the ref target does.
+and bfloat16, 8-bit ones for the float8 formats, numpy's element semantics as small ``mx_*`` templates
+and the warp/block reductions. Half and bfloat16 values live in float ("compute type") between a load
+and a store; generators round them back to 16 bits after every op (``c_type``, ``compute_type`` here),
+as the ref target does. Float8 values are only converted (``elem_type``): pointwise kernels load them to
+float and store them from float, and every other generator refuses them through ``c_type``.
 """
 
 from __future__ import annotations
@@ -38,22 +40,36 @@ _C_TYPES = {
     DType.int64_type: "i64",
     DType.uint64_type: "u64",
 }
+# Float8 storage types: the prelude's software codecs (so they need no fp8 hardware).
+_FP8_C_TYPES = {
+    DType.fp8e4m3fn_type: "mx_fp8e4m3fn",
+    DType.fp8e4m3fnuz_type: "mx_fp8e4m3fnuz",
+    DType.fp8e5m2_type: "mx_fp8e5m2",
+    DType.fp8e5m2fnuz_type: "mx_fp8e5m2fnuz",
+}
+FP8 = frozenset(_FP8_C_TYPES)
 NARROW = frozenset({DType.half_type, DType.bf16_type})
 BLOCK = 256
 MAX_BLOCKS = 132 * 32  # enough to fill the largest GPUs several times; grid-stride loops do the rest
 
 
 def c_type(t: DType) -> str:
-    """The storage type of an element in generated code; fp8 and tuples have none."""
+    """The storage type of an element in generated code that computes on it; fp8 and tuples have none."""
     try:
         return _C_TYPES[DType(t)]
     except KeyError:
         raise Unsupported(f"no kernel element type for {DType(t).name}") from None
 
 
+def elem_type(t: DType) -> str:
+    """The storage type of an element a pointwise kernel loads or stores: ``c_type``'s, and the float8
+    formats' (which only conversions read or write: ``pointwise_supported``)."""
+    return _FP8_C_TYPES.get(DType(t)) or c_type(t)
+
+
 def compute_type(t: DType) -> str:
     """The type values of ``t`` are held in between a load and a store."""
-    return "float" if DType(t) in NARROW else c_type(t)
+    return "float" if DType(t) in NARROW or DType(t) in FP8 else c_type(t)
 
 
 def c_literal(value: float | int | bool, t: DType) -> str:
