@@ -109,7 +109,7 @@ def test_calibration_table_quantisation_lowers_whole_and_matches_ref(tmp_path, q
     main, low = lowered(ep_quantised(model, table, qtype))
     names = collections.Counter(i.name for i in main.instructions)
     assert names["quant_dot"] == 1 and "dot" not in names and "convolution" not in names
-    if qtype == DType.fp8e4m3fn_type:  # activations quantised by the fp8 kernel (fp8 has no pointwise type)
+    if qtype == DType.fp8e4m3fn_type:  # activations quantised by the fp8 kernel, not decomposed
         assert any(s.label == "quantizelinear (fp8)" for s in low.steps if isinstance(s, KernelStep))
     for x in inputs(2, seed=11):
         got, want = run_steps(low, {"x": x})[0], ref.run_numpy({"x": x})[0]

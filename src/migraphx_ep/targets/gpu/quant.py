@@ -14,9 +14,10 @@ Paths, best first:
 * **quant_convolution, group 1, constant weights**: ``im2col`` (one copy kernel writing the windows as
   K-major rows, channels fastest, K padded) times the KRSC weights on the same GEMM; the result is a
   strided (NHWC-like) view of D, so nothing is copied back to NCHW.
-* **quantizelinear into fp8e4m3fn**: a kernel of its own (``kernels/quant.py``: fp8 is no pointwise
-  element type), so ``migraphx_fp8_enable`` programs run whole on the GPU; int8 outputs are decomposed
-  into pointwise ops (``decompose/quant.py``) and never reach this module.
+* **quantizelinear into fp8e4m3fn**: a kernel of its own (``kernels/quant.py``: one pass in float32,
+  the layout of what it quantises kept), so ``migraphx_fp8_enable`` programs run whole on the GPU; int8
+  and other float8 outputs are decomposed into pointwise ops (``decompose/quant.py``) and never reach
+  this module.
 * **Generated kernels** (``kernels/gemm.py``, ``kernels/conv.py``) otherwise: without cuBLASLt, for
   fp8e4m3fnuz (no CUDA type), grouped convolutions, computed weights or an im2col matrix over 1 GiB,
   empty problems, and at bind time whenever cuBLASLt has no algorithm for a plan (the executable's

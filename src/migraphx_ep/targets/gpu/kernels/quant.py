@@ -2,8 +2,9 @@
 
 * ``FP8_HEADER``: the line including ``include/mx_fp8.cuh``: fp8 E4M3 bytes to float in software,
   exact for every code, and ``mx_to_e4m3fn`` back (as ml_dtypes' ``astype``), so the generated GEMM and
-  convolution take fp8 operands on any GPU. fp8 has no storage type in the prelude (``c_type``), so the
-  kernels here read it as raw ``u8`` and decode where they load; ``quantize_fp8_kernel`` encodes.
+  convolution take fp8 operands on any GPU. These generators compute in ``c_type``'s types, which have
+  no float8, so the kernels here read it as raw ``u8`` and decode where they load (the prelude's codecs,
+  which pointwise kernels use through ``elem_type``); ``quantize_fp8_kernel`` encodes.
 * ``im2col_kernel``: a convolution's windows as the rows of a K-major matrix (``ops.quant.Im2col``),
   the A operand of quant_convolution run as one quant_dot-style GEMM.
 """
