@@ -25,7 +25,9 @@ from migraphx_ep.targets.gpu import kernels as K
 from migraphx_ep.targets.gpu import nvrtc
 from migraphx_ep.targets.gpu.decompose import gpu_pipeline
 from migraphx_ep.targets.gpu.kernels.spec import KernelSpec, canonical
-from migraphx_ep.targets.gpu.lowering import KernelStep, instruction_supported, lower
+from migraphx_ep.targets.gpu.lowering import lower
+from migraphx_ep.targets.gpu.steps import KernelStep
+from migraphx_ep.targets.gpu.support import instruction_supported
 
 from .decomposecheck import check_decomposed
 from .gpucheck import BF16, EXACT, F16, F32, F64, FP8_TYPES, check_model, make_model, node

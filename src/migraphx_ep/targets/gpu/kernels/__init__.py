@@ -55,7 +55,7 @@ _KERNELS: dict[str, Make] = {
     "dot": lambda name, op, i, o: gemm_kernel(name, i[0], i[1], o),
     "convolution": lambda name, op, i, o: conv_kernel(name, op, i[0], i[1], o),
 }
-_COMPUTED = frozenset({"pooling", "pooling_indices", "prefix_scan_sum"})  # compute in c_type's types (no float8)
+_COMPUTED = frozenset({"pooling", "pooling_indices", "prefix_scan_sum"})  # c_type's types (no float8)
 
 
 def _check(op: Op, inputs: list[Shape], out: Shape) -> str | None:
