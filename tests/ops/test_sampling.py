@@ -9,7 +9,7 @@ from onnx import helper
 from migraphx_ep.frontend import ParseError
 from migraphx_ep.ir.shape import Shape
 from migraphx_ep.ops.sampling import GridSample, PoolingIndices
-from opcheck import check_node, make_model, run_ours
+from opcheck import check_node, make_model, run_ort, run_ours
 
 RNG = np.random.default_rng(3)
 
@@ -155,6 +155,22 @@ def test_roi_align_opset10_double_vs_ort():
     }
     node = helper.make_node("RoiAlign", list(ins), ["y"], output_height=2, output_width=3)
     check_node(node, ins, opset=10, rtol=1e-9, atol=1e-9)
+
+
+@pytest.mark.parametrize(
+    "index,roi,error",
+    [(-1, [0, 0, 3, 3], IndexError), (2, [0, 0, 3, 3], IndexError), (1, [np.nan, 0, 3, 3], ValueError),
+     (1, [0, np.inf, 3, 3], ValueError)],
+)  # fmt: skip
+def test_roi_align_bad_inputs_fail_like_ort(index, roi, error):
+    """ORT rejects a batch index outside [0, N) and a roi that is not finite; numpy would wrap -1."""
+    ins = {"x": rand(2, 1, 4, 4), "rois": np.array([roi], np.float32), "b": np.array([index], np.int64)}
+    node = helper.make_node("RoiAlign", list(ins), ["y"], output_height=2, output_width=2)
+    m = make_model(node, ins, opset=16)
+    with pytest.raises(Exception, match="out of range" if error is IndexError else "finite"):
+        run_ort(m, ins)
+    with pytest.raises(error, match="roi_align: (batch_indices value out of range|rois must be finite)"):
+        run_ours(m, ins)
 
 
 def test_max_roi_pool_vs_ort():

@@ -241,7 +241,9 @@ class RoiAlign(Op):
     """ONNX RoiAlign on X (N, C, H, W), rois (R, 4) [x1, y1, x2, y2], batch_indices (R,).
 
     ``half_pixel`` shifts by -0.5 (opset 16 default); otherwise rois are at least 1x1. ``max`` takes,
-    like ORT, the max over samples of the max of the *weighted* corner values.
+    like ORT, the max over samples of the max of the *weighted* corner values. As in ORT, a batch index
+    outside [0, N) and a roi that is not finite fail the Run (the roi after ``spatial_scale`` here: a
+    sample count of an inf or NaN size has no value).
     """
 
     name: ClassVar[str] = "roi_align"
@@ -270,10 +272,17 @@ class RoiAlign(Op):
         ph_n, pw_n = self.output_height, self.output_width
         off = 0.5 if self.half_pixel else 0.0
         y = np.zeros(out.lens, wt)
+        bad = (bidx < 0) | (bidx >= x.shape[0])
+        if bad.any():  # numpy would wrap a negative one
+            r = int(np.flatnonzero(bad)[0])
+            msg = f"roi_align: batch_indices value out of range [0, {x.shape[0]}): {int(bidx[r])} at {r}"
+            raise IndexError(msg)
         for r in range(rois.shape[0]):
             # ORT's arithmetic, in the input's float type (numpy 2 keeps float32 scalars float32)
             x1, y1, x2, y2 = (wt(v) * wt(self.spatial_scale) - wt(off) for v in rois[r])
             rw, rh = x2 - x1, y2 - y1
+            if not np.isfinite([x1, y1, x2, y2, rw, rh]).all():
+                raise ValueError(f"roi_align: rois must be finite (after spatial_scale): roi {r}")
             if not self.half_pixel:
                 rw, rh = max(rw, wt(1)), max(rh, wt(1))
             bh, bw = rh / wt(ph_n), rw / wt(pw_n)
