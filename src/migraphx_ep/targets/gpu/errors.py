@@ -22,6 +22,7 @@ from .kernels.spec import KernelSpec
 _ERRORS: dict[str, type[Exception]] = {
     "IndexError": IndexError,
     "ZeroDivisionError": ZeroDivisionError,
+    "ValueError": ValueError,  # roi_align: a roi that is not finite
     "GqaRunError": GqaRunError,
     "GqaPresentAssumed": GqaPresentAssumed,  # an AssumptionFailed: the EP recompiles
 }

@@ -33,6 +33,7 @@ from .prelude import PRELUDE, c_type
 from .reduce import REDUCE_OPS, SOFTMAX_OPS, reduce_kernel, reduce_supported
 from .resize import resize_kernel, resize_supported, resize_table
 from .rows import layernorm_kernel, softmax_kernel, softmax_supported
+from .sampling import SAMPLING_OPS, grid_sample_kernel, roi_align_kernel, sampling_supported
 from .spec import KernelSpec, PwConst, PwExpr, PwInput, PwOp, Unsupported
 
 Make = Callable[[str, Op, list[Shape], Shape], KernelSpec]
@@ -54,6 +55,8 @@ _KERNELS: dict[str, Make] = {
     "prefix_scan_sum": lambda name, op, i, o: scan_kernel(name, op, i[0], o),
     "dot": lambda name, op, i, o: gemm_kernel(name, i[0], i[1], o),
     "convolution": lambda name, op, i, o: conv_kernel(name, op, i[0], i[1], o),
+    "grid_sample": lambda name, op, i, o: grid_sample_kernel(name, op, i[0], i[1], o),
+    "roi_align": lambda name, op, i, o: roi_align_kernel(name, op, i[0], i[1], i[2], o),
 }
 _COMPUTED = frozenset({"pooling", "pooling_indices", "prefix_scan_sum"})  # c_type's types (no float8)
 
@@ -79,6 +82,8 @@ def _check(op: Op, inputs: list[Shape], out: Shape) -> str | None:
         return resize_supported(op, inputs[0])
     if name == "det":
         return det_supported(inputs[0])
+    if name in SAMPLING_OPS:
+        return sampling_supported(op, inputs, out)
     if name == "pooling" and op.mode not in ("max", "average", "lpnorm"):  # type: ignore[attr-defined]
         return f"pooling mode {op.mode}"  # type: ignore[attr-defined]
     if name in _COMPUTED or name == "onehot":
