@@ -148,3 +148,24 @@ def test_gpu_integer_division_by_zero_fails_the_run_then_recovers(op, attrs, dty
     with pytest.raises(Exception, match=r"(div|mod): integer (division|modulo) by zero"):
         ours.run(None, {"a": a, "b": bz})
     np.testing.assert_array_equal(ours.run(None, {"a": a, "b": b})[0], cpu.run(None, {"a": a, "b": b})[0])
+
+
+@pytest.mark.gpu
+def test_gpu_roi_align_bad_batch_index_or_roi_fails_the_run_then_recovers(cuda_graph) -> None:
+    """ORT's CPU EP rejects both too; the kernel skips the bad roi's outputs rather than read."""
+    node = helper.make_node(
+        "RoiAlign", ["x", "rois", "b"], ["y"], mode="max", output_height=2, output_width=2
+    )
+    x = np.arange(2 * 3 * 6 * 6, dtype=np.float32).reshape(2, 3, 6, 6)
+    rois = np.array([[0.5, 0.5, 3.0, 4.0], [1.0, 0.0, 5.0, 5.5]], np.float32)
+    good = {"x": x, "rois": rois, "b": np.array([1, 0], np.int64)}
+    ours, cpu = _sessions(_model(node, good))
+    for bad_index in (2, -1):
+        with pytest.raises(Exception, match=r"roi_align: batch_indices value out of range \[0, 2\)"):
+            ours.run(None, {**good, "b": np.array([1, bad_index], np.int64)})
+        np.testing.assert_allclose(ours.run(None, good)[0], cpu.run(None, good)[0], rtol=1e-6, atol=1e-6)
+    bad_roi = rois.copy()
+    bad_roi[1, 2] = np.nan
+    with pytest.raises(Exception, match=r"roi_align: rois must be finite"):
+        ours.run(None, {**good, "rois": bad_roi})
+    np.testing.assert_allclose(ours.run(None, good)[0], cpu.run(None, good)[0], rtol=1e-6, atol=1e-6)
