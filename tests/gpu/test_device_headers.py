@@ -61,6 +61,8 @@ def family_specs() -> dict[str, KernelSpec]:
     specs["gqa update"] = KG.gqa_update_kernel("k_up", lay, kv, kv, (present, present), cos, present)
     specs["gqa attend"] = KG.gqa_attend_kernel("k_at", lay, q, present, 7, cos, 2, KG.MIN_CHUNK)
     specs["gqa combine"] = KG.gqa_combine_kernel("k_co", lay, part, Shape(H, (2, 1, 64)))
+    gs, grid = make_op("grid_sample"), [Shape(F, (1, 2, 4, 4)), Shape(F, (1, 3, 3, 2))]
+    specs["grid sample"] = K.kernel_for("k_gs", gs, grid, gs.compute_shape(grid))
     return specs
 
 
