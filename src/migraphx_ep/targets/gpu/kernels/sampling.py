@@ -13,13 +13,15 @@ ref's errors, reported through the kernel's error slot with the element skipped 
 
 from __future__ import annotations
 
+import dataclasses
+
 from ....ir.dtypes import DType
 from ....ir.operation import Op
 from ....ir.shape import Shape
 from .data import INDEX_TYPES, index_kernel, params_for
 from .headers import include
 from .params import Params
-from .prelude import c_literal, c_type, offset
+from .prelude import PRELUDE, c_literal, c_type, offset
 from .spec import Check, KernelSpec, Unsupported
 
 SAMPLING_OPS = frozenset({"grid_sample", "roi_align"})
@@ -31,6 +33,7 @@ HEADER = include("mx_sampling.cuh")
 
 
 def sampling_supported(op: Op, inputs: list[Shape], out: Shape) -> str | None:
+    """Why ``op`` (grid_sample or roi_align) on ``inputs`` gets no kernel; None: it does."""
     x = inputs[0]
     if x.type not in _FLOATS:
         return f"{op.name} of {x.type.name}"
@@ -49,20 +52,9 @@ def _work(t: DType) -> str:
 
 
 def _with_header(spec: KernelSpec) -> KernelSpec:
-    """``spec`` with ``mx_sampling.cuh`` included after the prelude (its first line)."""
-    head, rest = spec.source.split("\n", 1)
-    return KernelSpec(
-        spec.name,
-        f"{head}\n{HEADER}{rest}",
-        spec.grid,
-        spec.block,
-        spec.shared_bytes,
-        spec.n_inputs,
-        spec.n_outputs,
-        spec.checks,
-        spec.args,
-        spec.arg_bits,
-    )
+    """``spec`` with ``mx_sampling.cuh`` included right after the prelude."""
+    assert spec.source.startswith(PRELUDE)
+    return dataclasses.replace(spec, source=spec.source.replace(PRELUDE, PRELUDE + HEADER, 1))
 
 
 def _i64(p: Params, stride: int) -> str:
