@@ -395,7 +395,9 @@ def markdown(
         "(below 1: ours is faster); the ORT ratio is like for like (both numpy in/out), as is the IOB one "
         "(both IOBinding, device in/out). Graph replay: our program's CUDA graph alone; IOB overhead: "
         "ours with IOBinding minus that replay (ORT, the shell's native Run path, the copies into the "
-        "program's arena); numpy overhead: ours with numpy I/O minus the replay and minus the host<->device "
+        "program's arena), from short blocks of Runs and replays that alternate (results before "
+        "2026-11-24's fifth session: from the two medians, timed apart); numpy overhead: ours with numpy "
+        "I/O minus the replay and minus the host<->device "
         "copies of the same bytes from pageable memory, timed alone (``copies_ms``).",
         "",
     ]

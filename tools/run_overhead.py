@@ -7,8 +7,9 @@ on and off (``MIGRAPHX_EP_NATIVE_RUN``), measured in one process on the same inp
 ``--threads N`` measures one session's throughput from N threads against one thread instead (numpy I/O and
 IOBinding), next to the ceiling the GPU itself offers: the same graphs replayed on N streams at once.
 ``--iobinding`` measures one session with inputs and outputs bound in GPU memory, against its own graph
-replay, with the native path's IO graph on and off (``MIGRAPHX_EP_IO_GRAPH`` is read per Run), in
-interleaved blocks so clock drift hits both alike.
+replay, with the native path's IO graph on and off (``MIGRAPHX_EP_IO_GRAPH`` is read per Run), with the
+outputs bound once to preallocated buffers (ORT allocates nothing per Run), and the replay with the
+inputs' device copies into the arena, in interleaved blocks so clock drift hits them all alike.
 
 A name without ``.onnx`` is one of ``migraphx_ep.testing``'s light models (real-size, random weights).
 Symbolic dims are set to ``--batch`` (first dim) and ``--seq`` (others).
@@ -27,6 +28,7 @@ import onnxruntime as ort
 
 import migraphx_ep
 from migraphx_ep.ep.background import wait_for_compiles
+from migraphx_ep.targets.gpu import cuda
 from migraphx_ep.testing import capture_compiled, light_model, random_feeds
 
 EP = migraphx_ep.get_ep_name()
@@ -100,8 +102,9 @@ def iobinding(name: str, fp16: bool, batch: int, seq: int, blocks: int = 20, per
             model.SerializeToString(), providers=[(EP, options), "CPUExecutionProvider"]
         )
     io = sess.io_binding()
-    for k, v in feeds.items():
-        io.bind_ortvalue_input(k, ort.OrtValue.ortvalue_from_numpy(v, "cuda", 0))
+    device_feeds = {k: ort.OrtValue.ortvalue_from_numpy(v, "cuda", 0) for k, v in feeds.items()}
+    for k, v in device_feeds.items():
+        io.bind_ortvalue_input(k, v)
     for o in sess.get_outputs():
         io.bind_output(o.name, "cuda")
     sess.run_with_iobinding(io)  # compiles; the native path takes every later Run
@@ -112,14 +115,39 @@ def iobinding(name: str, fp16: bool, batch: int, seq: int, blocks: int = 20, per
         ctx.graph.launch(ctx.stream.handle)
         ctx.stream.sync()
 
-    blocks_ms: dict[str, list[float]] = {"io_graph": [], "one_by_one": [], "replay": []}
+    # The inputs' device-to-device copies into the arena with the replay: what a Run must add to it.
+    copies = [(slot, v.data_ptr(), feeds[n].nbytes) for n, v in device_feeds.items() for name, slot, _ in
+              ctx.inputs if name == n]  # fmt: skip
+
+    def replay_with_copies() -> None:
+        for dst, src, nbytes in copies:
+            cuda.memcpy_dtod(dst, src, nbytes, ctx.stream.handle)
+        ctx.graph.launch(ctx.stream.handle)
+        ctx.stream.sync()
+
+    # Outputs in buffers bound once, so ORT allocates nothing per Run: what output allocation costs.
+    pre = sess.io_binding()
+    for k, v in device_feeds.items():
+        pre.bind_ortvalue_input(k, v)
+    for o, got in zip(sess.get_outputs(), io.get_outputs(), strict=True):
+        pre.bind_ortvalue_output(o.name, ort.OrtValue.ortvalue_from_shape_and_type(
+            got.shape(), _numpy_type(got.data_type()), "cuda", 0))  # fmt: skip
+    sess.run_with_iobinding(pre)
+
+    blocks_ms: dict[str, list[float]] = {k: [] for k in ("io_graph", "one_by_one", "preallocated", "replay",
+                                                          "replay_with_copies")}  # fmt: skip
     saved = os.environ.get("MIGRAPHX_EP_IO_GRAPH")
     try:
         for _ in range(blocks):
-            for key, flag in (("io_graph", "1"), ("one_by_one", "0")):
+            for key, flag, binding in (
+                ("io_graph", "1", io),
+                ("one_by_one", "0", io),
+                ("preallocated", "1", pre),
+            ):
                 os.environ["MIGRAPHX_EP_IO_GRAPH"] = flag
-                blocks_ms[key].append(_median_ms(lambda: sess.run_with_iobinding(io), per_block))
+                blocks_ms[key].append(_median_ms(lambda b=binding: sess.run_with_iobinding(b), per_block))
             blocks_ms["replay"].append(_median_ms(replay, per_block))
+            blocks_ms["replay_with_copies"].append(_median_ms(replay_with_copies, per_block))
     finally:
         if saved is None:
             os.environ.pop("MIGRAPHX_EP_IO_GRAPH", None)
@@ -132,9 +160,16 @@ def iobinding(name: str, fp16: bool, batch: int, seq: int, blocks: int = 20, per
         "batch": batch,
         **{f"{k}_ms": v for k, v in ms.items()},
     }
-    row["overhead_us_io_graph"] = (ms["io_graph"] - ms["replay"]) * 1e3
-    row["overhead_us_one_by_one"] = (ms["one_by_one"] - ms["replay"]) * 1e3
+    for key in ("io_graph", "one_by_one", "preallocated"):
+        row[f"overhead_us_{key}"] = (ms[key] - ms["replay"]) * 1e3
+    row["copies_us"] = (ms["replay_with_copies"] - ms["replay"]) * 1e3
     return row
+
+
+def _numpy_type(ort_type: str) -> type:
+    """numpy's type for ORT's 'tensor(float16)'-style name."""
+    name = ort_type[len("tensor(") : -1]
+    return {"float": np.float32, "double": np.float64, "float16": np.float16}.get(name) or np.dtype(name).type
 
 
 def threads(name: str, fp16: bool, n_threads: int, seconds: float, batch: int, seq: int) -> dict:
