@@ -36,18 +36,18 @@ MX_DEV u32 mx_fbits(float f) { return __float_as_uint(f); }
 MX_DEV u32 mx_fbits(float f) { union { float f; u32 u; } c = {f}; return c.u; }  // GCC defines the pun
 #endif
 
-template <class A, class B> struct mx_same_t { static constexpr bool v = false; };
-template <class A> struct mx_same_t<A, A> { static constexpr bool v = true; };
+template <class A, class B> struct mx_same_t { enum : bool { v = false }; };
+template <class A> struct mx_same_t<A, A> { enum : bool { v = true }; };
 template <class A, class B> constexpr bool mx_same = mx_same_t<A, B>::v;
 // flt: IEEE compute type; sgn: signed; W: the unsigned type integer arithmetic wraps in.
-template <class T> struct mx_t { static constexpr bool flt = false, sgn = false; typedef u32 W; };
-template <> struct mx_t<i8> { static constexpr bool flt = false, sgn = true; typedef u32 W; };
-template <> struct mx_t<i16> { static constexpr bool flt = false, sgn = true; typedef u32 W; };
-template <> struct mx_t<i32> { static constexpr bool flt = false, sgn = true; typedef u32 W; };
-template <> struct mx_t<i64> { static constexpr bool flt = false, sgn = true; typedef u64 W; };
-template <> struct mx_t<u64> { static constexpr bool flt = false, sgn = false; typedef u64 W; };
-template <> struct mx_t<float> { static constexpr bool flt = true, sgn = true; typedef float W; };
-template <> struct mx_t<double> { static constexpr bool flt = true, sgn = true; typedef double W; };
+template <class T> struct mx_t { enum : bool { flt = false, sgn = false }; typedef u32 W; };
+template <> struct mx_t<i8> { enum : bool { flt = false, sgn = true }; typedef u32 W; };
+template <> struct mx_t<i16> { enum : bool { flt = false, sgn = true }; typedef u32 W; };
+template <> struct mx_t<i32> { enum : bool { flt = false, sgn = true }; typedef u32 W; };
+template <> struct mx_t<i64> { enum : bool { flt = false, sgn = true }; typedef u64 W; };
+template <> struct mx_t<u64> { enum : bool { flt = false, sgn = false }; typedef u64 W; };
+template <> struct mx_t<float> { enum : bool { flt = true, sgn = true }; typedef float W; };
+template <> struct mx_t<double> { enum : bool { flt = true, sgn = true }; typedef double W; };
 template <class T, int V> struct alignas(sizeof(T) * V) mx_vec { T v[V]; };
 
 // float8 <-> float in software: exact decoding, encoding as ml_dtypes' astype (the ref's), ties to even.
@@ -56,10 +56,10 @@ template <class T, int V> struct alignas(sizeof(T) * V) mx_vec { T v[V]; };
 // Without saturate a magnitude rounding past MAX is infinity where the format has one, else NaN; with
 // it, finite overflow and infinities give +-MAX (ONNX Cast's saturate) and NaN stays NaN.
 template <u32 M_, u32 BIAS_, u32 MAX_, bool FNUZ_, bool INF_> struct mx_f8_fmt {
-  static constexpr bool is = true, FNUZ = FNUZ_, INF = INF_;
-  static constexpr u32 M = M_, BIAS = BIAS_, MAX = MAX_;
+  enum : bool { is = true, FNUZ = FNUZ_, INF = INF_ };
+  enum : u32 { M = M_, BIAS = BIAS_, MAX = MAX_ };
 };
-template <class T> struct mx_f8 { static constexpr bool is = false; };
+template <class T> struct mx_f8 { enum : bool { is = false }; };
 template <> struct mx_f8<mx_fp8e4m3fn> : mx_f8_fmt<3, 7, 0x7e, false, false> {};
 template <> struct mx_f8<mx_fp8e4m3fnuz> : mx_f8_fmt<3, 8, 0x7f, true, false> {};
 template <> struct mx_f8<mx_fp8e5m2> : mx_f8_fmt<2, 15, 0x7b, false, true> {};

@@ -66,7 +66,7 @@ template <class F> MX_DEV void mx_cubic_coeffs(F t, F* w) {
 // inside) triples. MODE 0 nearest (1 tap), 1 linear (2), 2 cubic (4); PAD 0 zeros, 1 border,
 // 2 reflection. Indices come back clipped into [0, size), so reading them is always in bounds; a tap
 // of zeros padding that fell outside has ok false and adds 0 * weight (NaN for an inf weight, as the ref).
-template <int MODE> struct mx_grid_taps { static constexpr int n = MODE == 0 ? 1 : MODE == 1 ? 2 : 4; };
+template <int MODE> struct mx_grid_taps { enum : int { n = MODE == 0 ? 1 : MODE == 1 ? 2 : 4 }; };
 template <class F, int MODE, int PAD, bool ALIGN>
 MX_DEV void mx_grid_axis(F v, i64 size, i64* ix, F* wt, bool* ok) {
   const double lo = ALIGN ? 0.0 : -0.5, hi = ALIGN ? (double)size - 1.0 : (double)size - 0.5;
