@@ -96,6 +96,31 @@ def test_generate_fill_create_strided():
         migraphx.create_argument(s, [1, 2, 3])
 
 
+@pytest.mark.parametrize("type_name", ["fp8e5m2_type", "fp8e4m3fn_type", "bf16_type", "bool_type"])
+def test_strided_arguments_of_narrow_types(type_name):
+    # A transposed argument of float8_e5m2 used to raise TypeError from as_strided: ml_dtypes reports its
+    # typestr as "<f1", which numpy cannot read back (ir/dtypes.strided_view works around it).
+    s = migraphx.shape(type=type_name, lens=[2, 3], strides=[1, 2])
+    g = migraphx.generate_argument(s, 5)
+    assert g.get_shape() == s and g.tolist() == migraphx.generate_argument(s, 5).tolist()
+    f = migraphx.fill_argument(s, 1)
+    assert f.get_shape() == s and [float(v) for v in f.tolist()] == [1.0] * 6
+
+
+def test_strided_view_matches_as_strided():
+    import ml_dtypes
+
+    from migraphx_ep.ir.dtypes import strided_view
+
+    base = np.arange(12, dtype=np.float32)
+    want = np.lib.stride_tricks.as_strided(base, (3, 2), (8, 4))
+    for dt in (np.float32, np.float16, ml_dtypes.bfloat16, ml_dtypes.float8_e5m2, ml_dtypes.float8_e4m3fnuz):
+        a = base.astype(dt)
+        got = strided_view(a, (3, 2), (2 * a.itemsize, a.itemsize), writeable=False)
+        assert got.dtype == a.dtype and not got.flags.writeable
+        np.testing.assert_array_equal(got.astype(np.float32), want)
+
+
 def test_argument_from_pointer_is_zero_copy():
     buf = np.arange(6, dtype=np.float32)
     s = migraphx.shape(type="float_type", lens=[2, 3])

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from enum import IntEnum
 
 import ml_dtypes
@@ -115,3 +116,14 @@ def is_integer(t: DType) -> bool:
 
 def type_name(t: DType) -> str:
     return DType(t).name
+
+
+def strided_view(
+    a: np.ndarray, shape: Sequence[int], strides: Sequence[int], writeable: bool = True
+) -> np.ndarray:
+    """numpy's ``as_strided`` (``strides`` in bytes) for any element type. ml_dtypes' float8_e5m2 reports
+    the array-interface typestr ``<f1``, which ``as_strided`` cannot read back (a TypeError), so the view
+    is taken over unsigned integers of the element's width and then given the element type again."""
+    raw = a.view(np.dtype(f"u{a.dtype.itemsize}"))
+    view = np.lib.stride_tricks.as_strided(raw, tuple(shape), tuple(strides), writeable=writeable)
+    return view.view(a.dtype)

@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 
 from ..ir.argument import Argument
-from ..ir.dtypes import DType, from_numpy, is_float
+from ..ir.dtypes import DType, from_numpy, is_float, strided_view
 from ..ir.shape import DynamicDimension, Shape
 
 
@@ -165,7 +165,7 @@ def _strided(s: Shape, flat: np.ndarray) -> np.ndarray:
     if s.standard():
         return flat[: s.elements()].reshape(s.lens)
     item = flat.dtype.itemsize
-    return np.lib.stride_tricks.as_strided(flat, shape=s.lens, strides=[st * item for st in s.strides])
+    return strided_view(flat, s.lens, [st * item for st in s.strides])
 
 
 def _random_values(s: Shape, seed: int) -> np.ndarray:

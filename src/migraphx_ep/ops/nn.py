@@ -11,9 +11,8 @@ import math
 from typing import ClassVar
 
 import numpy as np
-from numpy.lib.stride_tricks import as_strided
 
-from ..ir.dtypes import FLOAT_TYPES, INT_TYPES, DType, from_numpy, is_float
+from ..ir.dtypes import FLOAT_TYPES, INT_TYPES, DType, from_numpy, is_float, strided_view
 from ..ir.operation import Op, register_op
 from ..ir.shape import Shape, ShapeError, check_shapes
 from .base import NUMERIC_TYPES
@@ -45,7 +44,7 @@ def windows(
         + tuple(s * st for s, st in zip(ss, stride, strict=True))
         + tuple(s * d for s, d in zip(ss, dilation, strict=True))
     )
-    return as_strided(x, shape, strides, writeable=False)
+    return strided_view(x, shape, strides, writeable=False)
 
 
 def _pad_spatial(x: np.ndarray, padding: tuple[int, ...], value: float | int = 0) -> np.ndarray:

@@ -33,9 +33,8 @@ import math
 from typing import TYPE_CHECKING
 
 import numpy as np
-from numpy.lib.stride_tricks import as_strided
 
-from ...ir.dtypes import to_numpy
+from ...ir.dtypes import strided_view, to_numpy
 from ...ir.instruction import Instruction
 from ...ir.operation import make_op
 from ...ir.shape import Shape
@@ -295,7 +294,7 @@ def host_value(b: Buf) -> np.ndarray | None:
     dt = to_numpy(b.shape.type)
     raw = np.asarray(b.storage.value).reshape(-1).view(np.uint8)[b.offset :]
     flat = raw[: raw.size // dt.itemsize * dt.itemsize].view(dt)
-    return as_strided(flat, b.shape.lens, [s * dt.itemsize for s in b.shape.strides], writeable=False)
+    return strided_view(flat, b.shape.lens, [s * dt.itemsize for s in b.shape.strides], writeable=False)
 
 
 def _weight_array(lw: Lowering, src: Instruction, b: Buf, what: tuple, make) -> np.ndarray:

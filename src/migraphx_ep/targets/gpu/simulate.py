@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ...ir.dtypes import to_numpy
+from ...ir.dtypes import strided_view, to_numpy
 from ...ir.evaluate import run_module
 from ...ir.operation import ModuleOp
 from ...ir.shape import Shape
@@ -45,14 +45,7 @@ class Memory:
         start = b.storage.offset + b.offset
         flat = base[start:]
         flat = flat[: flat.size // dt.itemsize * dt.itemsize]
-        # Strided as unsigned integers of the element's width, then viewed: as_strided goes through the
-        # array interface, whose typestr for ml_dtypes' float8_e5m2 ("<f1") numpy cannot read back.
-        raw = np.dtype(f"u{dt.itemsize}")
-        return np.lib.stride_tricks.as_strided(
-            flat.view(raw),
-            shape=b.shape.lens,
-            strides=[s * dt.itemsize for s in b.shape.strides],
-        ).view(dt)
+        return strided_view(flat.view(dt), b.shape.lens, [s * dt.itemsize for s in b.shape.strides])
 
 
 def _eval(expr: PwExpr, args: list[np.ndarray], lens: tuple[int, ...]) -> np.ndarray:
@@ -163,9 +156,7 @@ def _gemm(s: GemmStep, mem: Memory, args: list[np.ndarray]) -> np.ndarray | None
     def mats(buf: Buf, rows: int, cols: int, r: int, c: int, bstride: int) -> np.ndarray:
         t = to_numpy(buf.shape.type)
         base = mem.view(Buf(buf.storage, buf.offset, buf.shape.as_standard().with_lens([1])))
-        return np.lib.stride_tricks.as_strided(
-            base, shape=(s.batch, rows, cols), strides=[x * t.itemsize for x in (bstride, r, c)]
-        )
+        return strided_view(base, (s.batch, rows, cols), [x * t.itemsize for x in (bstride, r, c)])
 
     a = np.array(mats(s.reads[0], s.m, s.k, ra, ca, ba))
     b = np.array(mats(s.reads[1], s.k, s.n, rb, cb, bb))
