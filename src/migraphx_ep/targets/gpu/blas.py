@@ -16,6 +16,7 @@ Enum values carry the C names from cublasLt.h / cublas_api.h / library_types.h o
 from __future__ import annotations
 
 import ctypes
+from collections.abc import Callable
 from dataclasses import astuple, dataclass
 
 from ...ir.dtypes import DType, to_numpy
@@ -364,9 +365,11 @@ class GemmPlan:
             pass
 
 
-def _fastest(plan: GemmPlan, candidates: list[HeuristicResult], reps: int = 5) -> HeuristicResult:
-    """The fastest candidate, timed with CUDA events on scratch buffers of the GEMM's extents."""
+def _fastest(plan: GemmPlan, candidates: list[HeuristicResult]) -> HeuristicResult:
+    """The fastest candidate on scratch buffers of the GEMM's extents (``autotune.fastest``: runs captured
+    in CUDA graphs, interleaved rounds); cuBLASLt's first when none can be timed."""
     from . import cuda
+    from .autotune import fastest
 
     size, out_size = to_numpy(plan.dtype).itemsize, to_numpy(plan.out_dtype).itemsize
     dims = ((plan.m, plan.k, size), (plan.k, plan.n, size), (plan.m, plan.n, out_size))
@@ -375,29 +378,27 @@ def _fastest(plan: GemmPlan, candidates: list[HeuristicResult], reps: int = 5) -
     ]
     bufs.append(cuda.alloc(plan.n * out_size))  # bias
     ws = cuda.alloc(max(int(r.workspaceSize) for r in candidates))
-    stream, start, stop = cuda.Stream(), cuda.Event(), cuda.Event()
+    stream = cuda.Stream()
     args = (bufs[0].ptr, bufs[1].ptr, bufs[2].ptr, bufs[2].ptr, bufs[3].ptr, ws.ptr)
-    best, best_ms = candidates[0], float("inf")
-    try:
-        for cand in candidates:
+
+    def trial(cand: HeuristicResult) -> Callable[[int], bool]:
+        def run(h: int) -> bool:
             plan.choose(cand)
             try:
-                plan.run(stream.handle, *args)  # warm-up: loads the kernel
-                start.record(stream.handle)
-                for _ in range(reps):
-                    plan.run(stream.handle, *args)
-                stop.record(stream.handle)
-                stop.sync()
+                plan.run(h, *args)
             except BlasError:
-                continue
-            ms = stop.elapsed_ms(start)
-            if ms < best_ms:
-                best, best_ms = cand, ms
+                return False
+            return True
+
+        return run
+
+    try:
+        best = fastest([trial(c) for c in candidates], stream)
     finally:
         stream.sync()
         for buf in (*bufs, ws):
             buf.free()
-    return best
+    return candidates[best if best is not None else 0]
 
 
 def plan_gemm(

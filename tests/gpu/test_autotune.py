@@ -1,0 +1,73 @@
+"""autotune.fastest: the candidate with least device time, captured and timed in interleaved rounds."""
+
+from __future__ import annotations
+
+import pytest
+
+pytestmark = pytest.mark.gpu
+
+
+@pytest.fixture(scope="module")
+def cuda():
+    from migraphx_ep.targets.gpu import cuda as cuda_mod
+
+    reason = cuda_mod.gpu_available()
+    if reason is not None:
+        pytest.skip(f"no usable GPU: {reason}")
+    cuda_mod.Device.get(0)
+    return cuda_mod
+
+
+def _memset(cuda, buf, nbytes: int, runs: list[int], i: int):  # noqa: ANN001, ANN202
+    def trial(h: int) -> bool:
+        runs[i] += 1
+        cuda.memset(buf.ptr, nbytes, h)
+        return True
+
+    return trial
+
+
+def test_the_cheapest_candidate_wins_and_failing_ones_drop_out(cuda) -> None:  # noqa: ANN001
+    from migraphx_ep.targets.gpu.autotune import fastest
+
+    big = cuda.alloc(256 << 20)
+    runs = [0, 0, 0, 0]
+    never = lambda h: runs.__setitem__(2, runs[2] + 1) or False  # noqa: E731 - cannot run at all
+    trials = [_memset(cuda, big, 256 << 20, runs, 0), _memset(cuda, big, 1 << 20, runs, 1), never,
+              _memset(cuda, big, 64 << 20, runs, 3)]  # fmt: skip
+    stream = cuda.Stream()
+    assert fastest(trials, stream, reps=3, rounds=2) == 1
+    # each runnable one: once eagerly, then 3 runs captured (the graph replays them without calling it)
+    assert runs == [4, 4, 1, 4]
+    big.free()
+
+
+def test_nothing_runnable_or_one_candidate(cuda) -> None:  # noqa: ANN001
+    from migraphx_ep.targets.gpu.autotune import fastest
+
+    stream = cuda.Stream()
+    assert fastest([lambda h: False, lambda h: False], stream) is None
+    assert fastest([], stream) is None
+    buf = cuda.alloc(1 << 20)
+    runs = [0]
+    assert fastest([lambda h: False, _memset(cuda, buf, 1 << 20, runs, 0)], stream) == 1
+    buf.free()
+
+
+def test_a_candidate_that_fails_inside_capture_drops_out(cuda) -> None:  # noqa: ANN001
+    from migraphx_ep.targets.gpu.autotune import fastest
+
+    buf = cuda.alloc(64 << 20)
+    calls = [0]
+
+    def flaky(h: int) -> bool:  # runs eagerly, then fails once captured: must not be picked
+        calls[0] += 1
+        cuda.memset(buf.ptr, 1 << 10, h)
+        return calls[0] == 1
+
+    runs = [0, 0]
+    stream = cuda.Stream()
+    assert fastest([flaky, _memset(cuda, buf, 64 << 20, runs, 1)], stream) == 1
+    cuda.memset(buf.ptr, 1 << 20, stream.handle)  # the stream still works after the aborted capture
+    stream.sync()
+    buf.free()
