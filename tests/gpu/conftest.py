@@ -51,6 +51,18 @@ def rng() -> np.random.Generator:
 
 
 @pytest.fixture(scope="session")
+def cuda():
+    """The driver layer (``targets/gpu/cuda.py``) with device 0 current; skips where no GPU is usable."""
+    from migraphx_ep.targets.gpu import cuda as cuda_mod
+
+    reason = cuda_mod.gpu_available()
+    if reason is not None:
+        pytest.skip(f"no usable GPU: {reason}")
+    cuda_mod.Device.get(0)
+    return cuda_mod
+
+
+@pytest.fixture(scope="session")
 def gpu():
     """The gpu target with TF32 off: float32 GEMMs and convolutions are full float32."""
     from migraphx_ep.targets.gpu import GpuTarget

@@ -7,17 +7,6 @@ import pytest
 pytestmark = pytest.mark.gpu
 
 
-@pytest.fixture(scope="module")
-def cuda():
-    from migraphx_ep.targets.gpu import cuda as cuda_mod
-
-    reason = cuda_mod.gpu_available()
-    if reason is not None:
-        pytest.skip(f"no usable GPU: {reason}")
-    cuda_mod.Device.get(0)
-    return cuda_mod
-
-
 def _memset(cuda, buf, nbytes: int, runs: list[int], i: int):  # noqa: ANN001, ANN202
     def trial(h: int) -> bool:
         runs[i] += 1

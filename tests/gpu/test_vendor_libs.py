@@ -184,17 +184,6 @@ def test_plan_conv_rejects_before_touching_a_gpu():
 
 # -- on the GPU --------------------------------------------------------------------------------------------
 @pytest.fixture(scope="module")
-def cuda():
-    from migraphx_ep.targets.gpu import cuda as cuda_mod
-
-    reason = cuda_mod.gpu_available()
-    if reason is not None:
-        pytest.skip(f"no usable GPU: {reason}")
-    cuda_mod.Device.get(0)
-    return cuda_mod
-
-
-@pytest.fixture(scope="module")
 def cublaslt(cuda):
     try:
         libs.cublaslt()
