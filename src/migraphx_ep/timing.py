@@ -53,9 +53,13 @@ class CompileTimes:
                 self.count(name, what, n)
 
     def now(self) -> str:
-        """The innermost stage running now ('' between stages)."""
-        running = self.running
-        return running[-1] if running else ""
+        """The innermost stage running now ('' between stages). Read from another thread (a progress
+        report) while the compile's thread pushes and pops: the stage may end between a length check and
+        the read, so the read itself is what is guarded."""
+        try:
+            return self.running[-1]
+        except IndexError:
+            return ""
 
     def seconds(self, name: str) -> float:
         return self.stages.get(name, 0.0)
