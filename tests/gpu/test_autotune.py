@@ -60,3 +60,35 @@ def test_a_candidate_that_fails_inside_capture_drops_out(cuda) -> None:  # noqa:
     cuda.memset(buf.ptr, 1 << 20, stream.handle)  # the stream still works after the aborted capture
     stream.sync()
     buf.free()
+
+
+def test_a_failed_capture_destroys_its_partial_graph(cuda, monkeypatch) -> None:  # noqa: ANN001
+    """The graph cuStreamEndCapture returns after a failed issue is freed, not leaked (one per failed
+    autotune candidate)."""
+    from migraphx_ep.targets.gpu import cuda as gpu_cuda
+
+    destroyed: list[int] = []
+    real = gpu_cuda.cu
+
+    class Counting:  # the driver, with cuGraphDestroy counted (its module's attributes may be read-only)
+        def __getattr__(self, name: str):  # noqa: ANN204
+            return getattr(real, name)
+
+        def cuGraphDestroy(self, graph):  # noqa: ANN001, ANN201, N802 - the driver's name
+            destroyed.append(int(graph))
+            return real.cuGraphDestroy(graph)
+
+    monkeypatch.setattr(gpu_cuda, "cu", Counting())
+    buf = cuda.alloc(1 << 20)
+    stream = cuda.Stream()
+
+    def issue(h: int) -> None:
+        cuda.memset(buf.ptr, 1 << 10, h)  # captured: the partial graph has a node
+        raise cuda.CudaError("planted failure")
+
+    with pytest.raises(cuda.CudaError, match="planted"):
+        cuda.Graph(stream, issue)
+    assert len(destroyed) == 1 and destroyed[0] != 0
+    cuda.memset(buf.ptr, 1 << 20, stream.handle)  # the stream left capture mode
+    stream.sync()
+    buf.free()

@@ -358,13 +358,19 @@ class Graph:
         try:
             issue(stream.handle)
         except BaseException:
+            # End the capture (the stream is unusable until then) and free the partial graph it returns:
+            # the autotune captures candidates that may fail, and each failure leaked one.
             try:
-                cu.cuStreamEndCapture(stream.handle)
+                _destroy_graph(cu.cuStreamEndCapture(stream.handle))
             except Exception:  # noqa: BLE001 - report the original failure
                 pass
             raise
         self._graph = check(cu.cuStreamEndCapture(stream.handle), "cuStreamEndCapture")
-        self._exec = check(cu.cuGraphInstantiate(self._graph, 0), "cuGraphInstantiate")
+        try:
+            self._exec = check(cu.cuGraphInstantiate(self._graph, 0), "cuGraphInstantiate")
+        except BaseException:
+            cu.cuGraphDestroy(self._graph)
+            raise
 
     def launch(self, stream: int) -> None:
         check(cu.cuGraphLaunch(self._exec, stream), "cuGraphLaunch")
@@ -385,6 +391,13 @@ class Graph:
             cu.cuGraphDestroy(self._graph)
         except Exception:  # noqa: BLE001
             pass
+
+
+def _destroy_graph(ended: Any) -> None:
+    """Destroy the graph an ended capture returned, if it returned one (``(err, graph)``)."""
+    graph = ended[1] if isinstance(ended, tuple) and len(ended) > 1 else None
+    if graph is not None and int(graph) != 0:
+        cu.cuGraphDestroy(graph)
 
 
 class Event:

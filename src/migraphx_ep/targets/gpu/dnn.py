@@ -420,6 +420,13 @@ def _retimed(
             if not plan.choose(algo, math, limit):
                 return False
             plan.fused = _fusable(plan.bias, plan.relu, algo)
+            if plan.enqueue(x, w, y, bias, z, ws)[1] == CUDNN_STATUS_SUCCESS:
+                return True
+            # cuDNN refused the fused call: the plan runs this algorithm unfused then (plan_conv's
+            # end), so time it that way rather than drop what may be the fastest algorithm.
+            if not plan.fused:
+                return False
+            plan.fused = False
             return plan.enqueue(x, w, y, bias, z, ws)[1] == CUDNN_STATUS_SUCCESS
 
         return run
