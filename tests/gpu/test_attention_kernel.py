@@ -160,3 +160,42 @@ def test_kernel_on_the_host_matches_the_fused_ops_meaning(c: Chain, sched: str, 
     assert_matches(got, want, tol, f"{sched} {c}")
     if c.mask == "bias" and c.b > 1:
         assert np.isnan(got[-1]).all() and not np.isnan(got[0]).any()  # fully hidden rows: NaN, as the ref
+
+
+# -- the key split of the tensor-core schedule ------------------------------------------------------------
+@pytest.mark.parametrize(
+    "b,s,split,grid",
+    [(1, 128, 4, 12 * 8), (1, 384, 2, 12 * 12), (8, 128, 2, 8 * 12 * 4), (32, 128, 1, 32 * 12 * 2)],
+)
+def test_few_blocks_split_the_keys_among_the_warps(b: int, s: int, split: int, grid: int) -> None:
+    """Batch 1 at seq 128 has 24 (batch, head, 64-row) tiles for 132 SMs: 4 warps split each key tile,
+    each block takes 16 rows, and the grid grows 4x; batch 32 keeps one warp per 16 rows of 64."""
+    spec = spec_of(fused_op(Chain(dtype=np.float16, b=b, h=12, s=s, d=64)))
+    assert schedule(spec) == "mma" and spec.grid == (grid, 1, 1)
+    assert ("Os = reinterpret_cast<float*>(Ks)" in spec.source) == (split > 1)  # the partials' merge
+
+
+def test_a_bad_key_split_is_an_error_naming_it(monkeypatch) -> None:
+    monkeypatch.setenv("MIGRAPHX_EP_ATTENTION_KEY_WARPS", "3")
+    with pytest.raises(ValueError, match="MIGRAPHX_EP_ATTENTION_KEY_WARPS=3: 1, 2 or 4"):
+        spec_of(fused_op(Chain(dtype=np.float16)))
+
+
+SPLIT_HOST = [  # NaN rows (batch 1 of 2), key tails, causal tiles skipped, one query row
+    Chain(dtype=np.float16, s=70, l=129, d=64, h=1),
+    Chain(dtype=np.float16, s=17, b=2, h=1, d=32),
+    Chain(dtype=np.float16, s=65, d=32, h=1, qkv=True, mask="causal"),
+    Chain(dtype=ml_dtypes.bfloat16, s=1, l=33, b=1, d=72, dv=40),
+]
+
+
+@pytest.mark.skipif(not HAVE_GXX, reason="no g++ to build kernels for the host")
+@pytest.mark.parametrize("split", ["1", "2", "4"])
+@pytest.mark.parametrize("c", SPLIT_HOST, ids=str)
+def test_every_key_split_matches_the_fused_ops_meaning(c: Chain, split: str, tmp_path, monkeypatch) -> None:
+    monkeypatch.setenv("MIGRAPHX_EP_ATTENTION_KEY_WARPS", split)
+    got, want, spec = run_on_host(fused_op(c), tmp_path)
+    assert schedule(spec) == "mma"
+    assert_matches(got, want, BF16_CHAIN if c.dtype is ml_dtypes.bfloat16 else FP16, f"split {split} {c}")
+    if c.mask == "bias" and c.b > 1:
+        assert np.isnan(got[-1]).all() and not np.isnan(got[0]).any()

@@ -322,6 +322,20 @@ def test_too_few_blocks_stay_unfused(monkeypatch) -> None:
     assert collections.Counter(i.name for i in m.instructions)["fused_attention"] == 2
 
 
+def test_half_attention_fuses_however_few_blocks(monkeypatch) -> None:
+    # The tensor-core kernel splits the keys among its warps when blocks are few and beats the unfused
+    # chain at every size measured (kernels/attention.py MIN_BLOCKS): the gate is the SIMT schedule's.
+    monkeypatch.delenv("MIGRAPHX_EP_ATTENTION_MIN_BLOCKS")
+    for dtype, fuses in ((np.float16, True), (ml_dtypes.bfloat16, True), (np.float32, False)):
+        m = chain(Chain(b=1, h=2, s=16, dtype=dtype))
+        run_passes(m, [FUSE_ATTENTION, DEAD_CODE_ELIMINATION])
+        assert bool(fused(m)) == fuses, dtype
+    monkeypatch.setenv("MIGRAPHX_EP_ATTENTION_MMA", "0")  # half on the SIMT schedule: gated again
+    m = chain(Chain(b=1, h=2, s=16, dtype=np.float16))
+    run_passes(m, [FUSE_ATTENTION, DEAD_CODE_ELIMINATION])
+    assert not fused(m)
+
+
 @pytest.mark.parametrize("bad", ["many", "-1", "1.5"])
 def test_a_bad_block_threshold_is_an_error_naming_it(monkeypatch, bad) -> None:
     monkeypatch.setenv("MIGRAPHX_EP_ATTENTION_MIN_BLOCKS", bad)

@@ -140,35 +140,42 @@ def attention_supported(op: Op, inputs: list[Shape], out: Shape, body: Module | 
     return None
 
 
-# Fewer blocks than this and the fused kernel leaves the GPU idle where the unfused batched GEMMs do not.
+# Fewer blocks than this and the SIMT kernel leaves the GPU idle where the unfused batched GEMMs do not.
 # Measured on an H100 (132 SMs; bench/run.py graph replay, fused vs MIGRAPHX_EP_DISABLE_PASSES=
-# fuse_attention): BERT-base seq 128 fp16 at batch 1 (24 blocks) 0.856 vs 0.748 ms, GPT-2 fp16 at batch
-# 1 0.837 vs 0.776 ms; at batch 8 (192 blocks) 1.201 vs 1.338 ms. MIGRAPHX_EP_ATTENTION_MIN_BLOCKS
+# fuse_attention), when the tensor-core kernel had no key split: BERT-base seq 128 fp16 at batch 1 (24
+# blocks) 0.856 vs 0.748 ms, GPT-2 fp16 at batch 1 0.837 vs 0.776 ms; at batch 8 (192 blocks) 1.201 vs
+# 1.338 ms. The tensor-core kernel splits the keys among its warps when blocks are few
+# (attention_mma.key_warps) and beats the unfused chain at every size measured (.dev/attn.py, H100, fp16,
+# 12 heads, d 64, microseconds fused / unfused: seq 128 batch 1 6.0 / 10.5, GPT-2 batch 1 5.0 / 11.5, seq
+# 384 batch 1 15.5 / 17.3), so the gate holds for the SIMT schedule only. MIGRAPHX_EP_ATTENTION_MIN_BLOCKS
 # changes it (0: fuse whatever the kernel can run, as the tests of the fusion itself do).
 MIN_BLOCKS = 128
 
 
 def attention_worthwhile(q: Shape, d: int, dv: int) -> str | None:
-    """None when the fused kernel has enough blocks (``MIN_BLOCKS``) to beat the unfused chain, with
-    ``q`` the query (..., S, D); else why the chain stays unfused."""
+    """None when the fused kernel beats the unfused chain: always for the tensor-core schedule, with
+    enough blocks (``MIN_BLOCKS``) for the SIMT one; ``q`` is the query (..., S, D). Else why the chain
+    stays unfused."""
     need = env_int("MIGRAPHX_EP_ATTENTION_MIN_BLOCKS", MIN_BLOCKS, 0)
-    rows = (
-        64
-        if q.type in (DType.half_type, DType.bf16_type) and max(d, dv) <= 128
-        else 4 * simt_rows(max(d, dv))
-    )
+    if mma_eligible(q.type, d, dv):
+        return None
     heads = q.elements() // max(1, q.lens[-2] * q.lens[-1])
-    blocks = heads * -(-q.lens[-2] // rows)
+    blocks = heads * -(-q.lens[-2] // (4 * simt_rows(max(d, dv))))
     if blocks < need:
         return f"fused attention would run {blocks} blocks (< {need}: the unfused GEMMs are faster)"
     return None
 
 
-def use_mma(p: Problem) -> bool:
+def mma_eligible(t: DType, d: int, dv: int) -> bool:
     """Tensor cores for half/bfloat16 with head dims up to 128 (``MIGRAPHX_EP_ATTENTION_MMA=0``: never)."""
     if os.environ.get("MIGRAPHX_EP_ATTENTION_MMA", "1") in ("", "0"):
         return False
-    return p.t in (DType.half_type, DType.bf16_type) and max(p.d, p.dv) <= 128
+    return t in (DType.half_type, DType.bf16_type) and max(d, dv) <= 128
+
+
+def use_mma(p: Problem) -> bool:
+    """The tensor-core schedule for this problem (``mma_eligible``)."""
+    return mma_eligible(p.t, p.d, p.dv)
 
 
 def attention_kernel(
@@ -268,8 +275,11 @@ class Source:
             cond += f" && {j} + S <= {i} + L"
         return cond
 
-    def logit(self, acc: str, i: str, j: str) -> str:
-        bias = f"mx_ld(in3[bias_at(b, h, {i}, {j})])" if self.p.bias is not None else "0.f"
+    def logit(self, acc: str, i: str, j: str, bias: str | None = None) -> str:
+        """C expression: the product ``acc`` of row ``i`` and key ``j`` as softmax reads it; ``bias`` is
+        the bias element when the caller loaded it already (read from ``in3`` here otherwise)."""
+        if bias is None:
+            bias = f"mx_ld(in3[bias_at(b, h, {i}, {j})])" if self.p.bias is not None else "0.f"
         return f"({self.visible(i, j)}) ? mx_logit({acc}, {bias}) : {NEG_INF}"
 
     def signature(self, threads: int) -> str:

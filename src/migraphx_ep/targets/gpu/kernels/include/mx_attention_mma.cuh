@@ -45,4 +45,49 @@ MX_DEV void mx_mma(float* c, const u32* a, const u32* b) {
 #endif
 }
 
+// Asynchronous global -> shared copies (sm_80's cp.async): 16 bytes, or 16 zero bytes where `valid` is
+// false (keys past the end: their V rows must be zeros, not garbage, since 0 * NaN is NaN). The copies
+// of one commit group land after mx_cp_wait<N> (at most N newer groups still in flight) and a barrier.
+// Elsewhere a plain copy, done at once, so the waits have nothing to wait for.
+MX_DEV void mx_cp16(u16* dst, const void* src, bool valid) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  const u32 d = (u32)__cvta_generic_to_shared(dst);
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(d), "l"(src), "r"(valid ? 16 : 0));
+#else
+  if (valid) *reinterpret_cast<mx_vec<u16, 8>*>(dst) = *reinterpret_cast<const mx_vec<u16, 8>*>(src);
+  else *reinterpret_cast<mx_vec<u16, 8>*>(dst) = mx_vec<u16, 8>{};
+#endif
+}
+MX_DEV void mx_cp_commit() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm volatile("cp.async.commit_group;\n" ::);
+#endif
+}
+template <int N> MX_DEV void mx_cp_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+#endif
+}
+
+// The B fragments of two m16n8k16 MMAs from a row-major 16 x 16 tile of 16-bit elements (row stride
+// `st` elements; rows are the k index, columns n): b[0..1] for columns 0-7, b[2..3] for columns 8-15.
+// On sm_80+ one ldmatrix.x4.trans (each lane names one 16-byte row: lanes 0-7 rows 0-7 and 8-15 rows
+// 8-15 of the left half, 16-31 the same rows of the right half); elsewhere the same values read directly.
+MX_DEV void mx_ldsm_x4_trans(u32* b, const u16* tile, u32 st) {
+  const u32 lane = threadIdx.x % 32u;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  const u16* row = tile + (lane % 16u) * st + (lane / 16u) * 8u;
+  const u32 a = (u32)__cvta_generic_to_shared(row);
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(b[0]), "=r"(b[1]), "=r"(b[2]), "=r"(b[3])
+               : "r"(a));
+#else
+  const u32 g = lane / 4u, t2 = lane % 4u * 2u;
+  for (u32 q = 0; q < 4; ++q) {  // q: columns (q / 2) * 8 on, rows (q % 2) * 8 on
+    const u16* c = tile + (q % 2u) * 8u * st + (q / 2u) * 8u + g;
+    b[q] = (u32)c[t2 * st] | ((u32)c[(t2 + 1u) * st] << 16);
+  }
+#endif
+}
+
 #endif  // MX_ATTENTION_MMA_CUH
