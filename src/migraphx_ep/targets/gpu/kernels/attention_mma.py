@@ -1,24 +1,29 @@
 """The tensor-core schedule of fused attention (half and bfloat16, head dims up to 128).
 
-A block of 4 warps owns 64 query rows of one (batch, head), a warp 16 of them. Per tile of 64 keys:
-K (rows: keys) and V (transposed: rows are head columns) go through shared memory; each warp computes
-its 16 x 64 scores with ``mma.sync.m16n8k16`` (float accumulators), turns them into logits (rounding,
-scale, bias, hidden keys), updates its rows' running max and sum, and multiplies the probabilities,
-rounded to the element type, by V with more MMAs. The probabilities stay in registers: an MMA's
-accumulator fragment (rows g and g+8, columns 2t and 2t+1 of an 8-column tile) is, two tiles side by
-side, exactly the A fragment of the next one (PTX ISA, "Matrix Fragments for mma.m16n8k16").
-Exponentials use the fast ``__expf``: the probabilities are rounded to 16 bits for the MMA anyway.
+A block of 4 warps owns 64 query rows of one (batch, head), a warp 16 of them; with few such blocks the
+warps split each key tile instead (``key_warps``: 2 or 4 warps share 16 rows, a block owns 32 or 16).
+Per tile of 64 keys, K and V (rows: keys, row-major) come into one of two shared-memory stages with
+16-byte ``cp.async`` copies issued a tile ahead, so a tile lands while the previous one computes. Each
+warp computes its 16 x (its keys) scores with ``mma.sync.m16n8k16`` (float accumulators), turns them into
+logits (rounding, scale, the bias it loaded before waiting for the tile, hidden keys), updates its rows'
+running max and sum, and multiplies the probabilities, rounded to the element type, by V with more MMAs
+whose B fragments ``ldmatrix.trans`` reads from row-major V. The probabilities stay in registers: an
+MMA's accumulator fragment (rows g and g+8, columns 2t and 2t+1 of an 8-column tile) is, two tiles side
+by side, exactly the A fragment of the next one (PTX ISA, "Matrix Fragments for mma.m16n8k16"). Warps that
+split the keys merge their partial softmaxes through shared memory at the end. Exponentials use the fast
+``__expf``: the probabilities are rounded to 16 bits for the MMA anyway.
 
 Head dims are padded to multiples of 16 with zero columns in shared memory. Row strides in shared memory
-are padded by 8 elements, so the 32-bit fragment loads of a warp hit 32 different banks. Tiles come in
-as 16-byte vectors when a tensor's head columns are contiguous and its other strides and address allow
-(a run-time flag and an alignment test), element by element otherwise.
+are padded by 8 elements, so a warp's 32-bit fragment loads and ldmatrix rows hit different banks. Tiles
+come in as 16-byte copies when a tensor's head columns are contiguous and its other strides and address
+allow (a run-time flag and an alignment test), and K needs no scaling on the way; element by element,
+synchronously, otherwise.
 
-The fragment helpers and ``mx_mma`` are in ``include/mx_attention_mma.cuh``. Before sm_80, and on a host
-compiling this source with a shim (how it is tested), ``mx_mma`` swaps the fragments through shared memory
-and multiplies them in float: the same layouts, slowly.
+The fragment, copy and MMA helpers are in ``include/mx_attention_mma.cuh``. Before sm_80, and on a host
+compiling this source with a shim (how it is tested), they fall back to plain loads and stores, and
+``mx_mma`` swaps the fragments through shared memory and multiplies them in float: the same layouts,
+slowly.
 """
-
 from __future__ import annotations
 
 from ....ir.dtypes import DType
