@@ -185,6 +185,7 @@ extern "C" void mod_i32(const i32* a, const i32* b, i32* o, int n) { for (int i 
 extern "C" void mod_f64(const double* a, const double* b, double* o, int n) { for (int i = 0; i < n; ++i) o[i] = mx_mod(a[i], b[i]); }
 extern "C" void cvt_i32(const float* a, i32* o, int n) { for (int i = 0; i < n; ++i) o[i] = mx_cvt<i32>(a[i]); }
 extern "C" void cvt_f16(const double* a, u16* o, int n) { for (int i = 0; i < n; ++i) o[i] = mx_cvt<mx_f16>(a[i]).bits; }
+extern "C" void pow_f32(const float* a, const float* b, float* o, int n) { for (int i = 0; i < n; ++i) o[i] = mx_pow(a[i], b[i]); }
 extern "C" void max_f32(const float* a, const float* b, float* o, float* f, int n) {
   for (int i = 0; i < n; ++i) { o[i] = mx_max(a[i], b[i]); f[i] = mx_fmax(a[i], b[i]); }
 }
@@ -260,3 +261,29 @@ def test_prelude_max_propagates_nan_and_fmax_skips_it(host_prelude: ctypes.CDLL)
     call(host_prelude, "max_f32", a, b, got, skip)
     np.testing.assert_array_equal(got, np.maximum(a, b))
     np.testing.assert_array_equal(skip, np.fmax(a, b))
+
+
+def test_prelude_squares_and_cubes_match_pow(host_prelude: ctypes.CDLL) -> None:
+    """Exponents 2 and 3 take products in double (GELU's cube was a double pow per element): the same
+    floats as pow in double rounded to float (what every other exponent still computes) over a dense
+    sweep, the specials included, and within an ulp of numpy's float32 power, which is not correctly
+    rounded (it is farther from the exact cube wherever the two differ)."""
+    rng = np.random.default_rng(3)
+    a = np.concatenate([
+        rng.standard_normal(200_000).astype(np.float32) * np.float32(4),
+        np.ldexp(rng.random(50_000), rng.integers(-140, 50, 50_000)).astype(np.float32),
+        np.array([0.0, -0.0, np.inf, -np.inf, np.nan, 1e15, -1e13, 3e38, 1e-45, -1e-20], np.float32),
+    ])  # fmt: skip
+    for e in (2.0, 3.0, 0.5, -1.5):
+        a = a if e in (2.0, 3.0) else a[np.isfinite(a)]  # numpy's (-inf) ** 0.5 is NaN, C's pow +inf
+        got = np.empty_like(a)
+        call(host_prelude, "pow_f32", a, np.full_like(a, e), got)
+        with np.errstate(all="ignore"):
+            want = np.power(a.astype(np.float64), e).astype(np.float32)
+            ulps = np.abs(got.view(np.int32).astype(np.int64) - np.power(a, np.float32(e)).view(np.int32))
+        differ = (got != want) & ~(np.isnan(got) & np.isnan(want))
+        assert not differ.any(), (e, a[differ][:5], got[differ][:5], want[differ][:5])
+        if e in (2.0, 3.0):  # -0 ** 3 is -0 (numpy's -0 ** 0.5 is -0 where C's pow gives +0)
+            num = ~np.isnan(got)
+            assert np.array_equal(np.signbit(got[num]), np.signbit(want[num]))
+        assert ulps[np.isfinite(got) & (got != 0)].max() <= 1, e

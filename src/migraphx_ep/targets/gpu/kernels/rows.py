@@ -242,7 +242,14 @@ def layernorm_kernel(
     R = _Rows(shapes, rows, elems)
     n, a, o = R.N, ("double" if t == DType.double_type else "float"), 1 + len(extra)
     xv = "v[s]" if R.cached else f"({a}){_elem(0)}"
-    lines = [f"  {a} v[PER * V];", *R.chunks(_load(0, "v + j * V"))] if R.cached else []
+    # Scale and bias load with x, before the reductions: one trip to memory rather than two. A row
+    # of BERT's 768 a warp, 128 rows: the kernel is two memory latencies and the shuffles.
+    held = "".join(f" {_load(k, f'ab{k} + j * V')}" for k in range(1, 1 + len(extra)))
+    lines = (
+        [f"  {a} v[PER * V]" + "".join(f", ab{k}[PER * V]" for k in range(1, 1 + len(extra))) + ";",
+         *R.chunks(_load(0, "v + j * V") + held)]
+        if R.cached else []
+    )  # fmt: skip
     lines += [f"  {a} sum = 0;", *R.each(f"sum += {xv};"), R.reduce("sum", "mx_sum_f")]
     lines += [f"  const {a} mean = sum / ({a}){n};", f"  {a} sq = 0;"]
     lines += [*R.each(f"const {a} d = {xv} - mean; sq += d * d;"), R.reduce("sq", "mx_sum_f")]
@@ -250,13 +257,12 @@ def layernorm_kernel(
     lines.append(f"  const {a} inv = ({a})1 / sqrt(sq / ({a}){n} + {eps_c});")
     ops = ["*" if k == 1 and scale is not None else "+" for k in range(1, o)]
     if R.cached:
-        # (not p{k}: those name the run-time sizes)
-        loads = "".join(f"{a} ab{k}[V]; {_load(k, f'ab{k}')} " for k in range(1, o))
+        # (ab{k}, not p{k}: those name the run-time sizes)
         y = "(v[j * V + q] - mean) * inv" + "".join(
-            f" {op} ab{k}[q]" for k, op in zip(range(1, o), ops, strict=True)
+            f" {op} ab{k}[j * V + q]" for k, op in zip(range(1, o), ops, strict=True)
         )
         store = f"mx_stv<V>(out0 + b{o} + mx_eoff(c * V, {o}), y);"
-        lines += R.chunks(f"{loads}{a} y[V]; MX_UNROLL for (int q = 0; q < V; ++q) y[q] = {y}; {store}")
+        lines += R.chunks(f"{a} y[V]; MX_UNROLL for (int q = 0; q < V; ++q) y[q] = {y}; {store}")
     else:
         y = f"({xv} - mean) * inv" + "".join(
             f" {op} ({a}){_elem(k)}" for k, op in zip(range(1, o), ops, strict=True)

@@ -211,8 +211,14 @@ template <class T> MX_DEV T mx_mod(T a, T b) {  // numpy's mod: the sign of the 
 }
 template <class T> MX_DEV T mx_pow(T a, T b) {
   if constexpr (mx_same<T, double>) return pow(a, b);
-  else if constexpr (mx_t<T>::flt) return (T)pow((double)a, (double)b);
-  else {
+  else if constexpr (mx_t<T>::flt) {
+    // Squares and cubes by products in double: a^2 is exact there and a^3 rounds once, as pow does,
+    // at a few instructions where double pow takes a hundred (GPT-2's GELU cubes every activation:
+    // 7.0 us a layer at batch 1, against 1.7 for torch's). A literal exponent folds the tests away.
+    if (b == (T)2) return (T)((double)a * (double)a);
+    if (b == (T)3) return (T)((double)a * (double)a * (double)a);
+    return (T)pow((double)a, (double)b);
+  } else {
     // Exact for results below 2^53 (repeated squaring); libm's pow may miss an exact integer by an
     // ulp, which truncation would turn into an off-by-one.
     i64 e = (i64)b;
