@@ -80,8 +80,14 @@ class UnsupportedTypeError(TypeError):
     """An element type this compiler cannot represent (strings, complex, 4-bit...)."""
 
 
+def as_dtype(t: DType | int) -> DType:
+    """``DType(t)``, without EnumType.__call__'s cost when ``t`` is one already (shapes and kernel
+    generators ask this tens of thousands of times per compile)."""
+    return t if t.__class__ is DType else DType(t)  # type: ignore[return-value]
+
+
 def to_numpy(t: DType) -> np.dtype:
-    return _TO_NUMPY[DType(t)]
+    return _TO_NUMPY[as_dtype(t)]
 
 
 def from_numpy(d: np.dtype | type) -> DType:
@@ -99,11 +105,11 @@ def from_onnx(elem_type: int) -> DType:
 
 
 def to_onnx(t: DType) -> int:
-    return _TO_ONNX[DType(t)]
+    return _TO_ONNX[as_dtype(t)]
 
 
 def to_cpp(t: DType) -> str:
-    return _TO_CPP[DType(t)]
+    return _TO_CPP[as_dtype(t)]
 
 
 def is_float(t: DType) -> bool:
@@ -115,7 +121,7 @@ def is_integer(t: DType) -> bool:
 
 
 def type_name(t: DType) -> str:
-    return DType(t).name
+    return as_dtype(t).name
 
 
 def strided_view(

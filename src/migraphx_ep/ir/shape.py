@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
 
-from .dtypes import DType, from_numpy, to_numpy, type_name
+from .dtypes import DType, as_dtype, from_numpy, to_numpy, type_name
 
 
 @dataclass(frozen=True)
@@ -41,6 +42,11 @@ def standard_strides(lens: Sequence[int]) -> tuple[int, ...]:
     return tuple(strides)
 
 
+# Every Shape built without strides, and every standard() query, needs these; a compile asks for the
+# same few hundred lens thousands of times. A pure function of a tuple of ints: the memo cannot go stale.
+_standard_strides = functools.lru_cache(maxsize=4096)(standard_strides)
+
+
 class Shape:
     """Immutable and hashable; ``Shape(t, lens)`` is standard (packed, row-major)."""
 
@@ -54,7 +60,7 @@ class Shape:
         dyn_dims: Iterable[DynamicDimension] | None = None,
         sub_shapes: Iterable[Shape] | None = None,
     ) -> None:
-        self.type = DType(type)
+        self.type = as_dtype(type)
         self.sub_shapes: tuple[Shape, ...] = tuple(sub_shapes or ())
         self.dyn_dims: tuple[DynamicDimension, ...] | None = None
         if dyn_dims is not None:
@@ -64,13 +70,13 @@ class Shape:
             else:
                 self.dyn_dims = dd
                 lens = [d.max for d in dd]
-        self.lens: tuple[int, ...] = tuple(int(n) for n in lens)
-        if any(n < 0 for n in self.lens):
+        self.lens: tuple[int, ...] = tuple(map(int, lens))
+        if self.lens and min(self.lens) < 0:
             raise ValueError(f"shape: negative length in {list(self.lens)}")
         if strides is None:
-            self.strides = standard_strides(self.lens)
+            self.strides = _standard_strides(self.lens)
         else:
-            self.strides = tuple(int(s) for s in strides)
+            self.strides = tuple(map(int, strides))
             if len(self.strides) != len(self.lens):
                 raise ValueError(f"shape: {len(self.lens)} lens but {len(self.strides)} strides")
         self._hash = hash((self.type, self.lens, self.strides, self.dyn_dims, self.sub_shapes))
@@ -137,7 +143,7 @@ class Shape:
             return False
         return all(
             s == e
-            for s, e, n in zip(self.strides, standard_strides(self.lens), self.lens, strict=True)
+            for s, e, n in zip(self.strides, _standard_strides(self.lens), self.lens, strict=True)
             if n != 1
         )
 

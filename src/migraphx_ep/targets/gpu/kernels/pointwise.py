@@ -15,7 +15,7 @@ from __future__ import annotations
 import numpy as np
 
 from .... import ops as _ops  # noqa: F401 - every op class registered before POINTWISE_OPS is read
-from ....ir.dtypes import FLOAT_TYPES, INT_TYPES, DType, to_numpy
+from ....ir.dtypes import FLOAT_TYPES, INT_TYPES, DType, as_dtype, to_numpy
 from ....ir.operation import OPS, Op
 from ....ir.shape import Shape, standard_strides
 from ....ops.pointwise import zero_divisor_message
@@ -116,7 +116,7 @@ class _Emitter:
         if isinstance(e, PwInput):
             return f"x{e.index}", self.in_types[e.index]
         if isinstance(e, PwConst):
-            return c_literal(e.value, e.type), DType(e.type)
+            return c_literal(e.value, e.type), as_dtype(e.type)
         key = e if _hashable(e) else id(e)
         if key in self.memo:
             return self.memo[key]
@@ -129,7 +129,7 @@ class _Emitter:
             args[1] = f"mx_nz({args[1]}, err, {self.checks.index(check) + 1})"
         raw = _expr(e.op, args, [t for _, t in vals])
         var = f"v{len(self.memo)}"
-        t = DType(e.type)
+        t = as_dtype(e.type)
         self.lines.append(f"const {compute_type(t)} {var} = mx_round<{elem_type(t)}>({raw});")
         self.memo[key] = (var, t)
         return var, t

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ....ir.dtypes import DType, to_numpy
+from ....ir.dtypes import DType, as_dtype, to_numpy
 from ....ir.shape import Shape
 from .headers import include
 from .params import Dim, Params, c_dim
@@ -56,7 +56,7 @@ MAX_BLOCKS = 132 * 32  # enough to fill the largest GPUs several times; grid-str
 def c_type(t: DType) -> str:
     """The storage type of an element in generated code that computes on it; fp8 and tuples have none."""
     try:
-        return _C_TYPES[DType(t)]
+        return _C_TYPES[as_dtype(t)]
     except KeyError:
         raise Unsupported(f"no kernel element type for {DType(t).name}") from None
 
@@ -64,17 +64,18 @@ def c_type(t: DType) -> str:
 def elem_type(t: DType) -> str:
     """The storage type of an element a pointwise kernel loads or stores: ``c_type``'s, and the float8
     formats' (which only conversions read or write: ``pointwise_supported``)."""
-    return _FP8_C_TYPES.get(DType(t)) or c_type(t)
+    return _FP8_C_TYPES.get(as_dtype(t)) or c_type(t)
 
 
 def compute_type(t: DType) -> str:
     """The type values of ``t`` are held in between a load and a store."""
-    return "float" if DType(t) in NARROW or DType(t) in FP8 else c_type(t)
+    t = as_dtype(t)
+    return "float" if t in NARROW or t in FP8 else c_type(t)
 
 
 def c_literal(value: float | int | bool, t: DType) -> str:
     """``value`` rounded to ``t`` (numpy astype) as an exact literal of ``compute_type(t)``."""
-    t = DType(t)
+    t = as_dtype(t)
     ct = compute_type(t)
     with np.errstate(all="ignore"):
         v = np.asarray(value).astype(to_numpy(t)).item()

@@ -1,0 +1,33 @@
+"""The IR's memos return what they would compute afresh, whatever was asked before."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from migraphx_ep.ir import Shape
+from migraphx_ep.ir.dtypes import DType
+from migraphx_ep.ir.shape import standard_strides
+
+
+def test_standard_strides_per_lens():
+    for lens, strides in [
+        ((2, 3, 4), (12, 4, 1)),
+        ((4, 3, 2), (6, 2, 1)),
+        ((2, 3, 4), (12, 4, 1)),
+        ((1, 0, 5), (5, 5, 1)),
+        ((7,), (1,)),
+        ((), ()),
+    ]:
+        assert Shape(DType.float_type, lens).strides == strides
+        assert Shape(DType.float_type, list(lens)).strides == strides
+        assert standard_strides(lens) == strides
+
+
+def test_shape_takes_ints_and_types_of_any_kind():
+    s = Shape(2, np.array([2, 3], dtype=np.int64))
+    assert s.type is DType.float_type and s.lens == (2, 3) and all(type(n) is int for n in s.lens)
+    assert s == Shape(DType.float_type, (2, 3), (3, 1))
+    assert Shape(DType.half_type, (2, 3), [1, 2]).standard() is False
+    with pytest.raises(ValueError):
+        Shape(DType.float_type, (2, -1))
