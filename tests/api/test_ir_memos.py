@@ -1,12 +1,15 @@
-"""The IR's memos return what they would compute afresh, whatever was asked before."""
+"""The IR's memos (standard strides, a literal's shape, an op class's field names) return what they
+would compute afresh, whatever was asked before."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
+import migraphx_ep.ops  # noqa: F401 - registers the ops make_op builds
 from migraphx_ep.ir import Shape
 from migraphx_ep.ir.dtypes import DType
+from migraphx_ep.ir.operation import Literal, field_names, make_op
 from migraphx_ep.ir.shape import standard_strides
 
 
@@ -31,3 +34,19 @@ def test_shape_takes_ints_and_types_of_any_kind():
     assert Shape(DType.half_type, (2, 3), [1, 2]).standard() is False
     with pytest.raises(ValueError):
         Shape(DType.float_type, (2, -1))
+
+
+def test_literal_shape_is_its_own():
+    a, b = Literal(np.zeros((2, 3), np.float32)), Literal(np.zeros((3, 2), np.int64))
+    for _ in range(2):
+        assert a.compute_shape([]) == Shape(DType.float_type, (2, 3))
+        assert b.compute_shape([]) == Shape(DType.int64_type, (3, 2))
+    assert Literal(np.float16(1)).compute_shape([]) == Shape(DType.half_type, ())
+
+
+def test_field_names_per_op_class():
+    assert field_names(type(make_op("transpose", permutation=[1, 0]))) == ("permutation",)
+    assert "axes" in field_names(type(make_op("squeeze", axes=[0])))
+    assert make_op("transpose", permutation=[1, 0]).permutation == (1, 0)  # lists still frozen
+    with pytest.raises(ValueError, match="unknown attribute"):
+        make_op("transpose", axes=[0])

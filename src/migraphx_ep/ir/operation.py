@@ -7,6 +7,7 @@ constant propagation and verification all call ``compute``; other targets only l
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -34,6 +35,13 @@ def register_op(cls: type[Op]) -> type[Op]:
     return cls
 
 
+@functools.cache
+def field_names(cls: type) -> tuple[str, ...]:
+    """A dataclass's field names, in order (``dataclasses.fields`` rebuilds its tuple on every call,
+    and every op built runs ``__post_init__``). A class's fields never change once it is defined."""
+    return tuple(f.name for f in dataclasses.fields(cls))
+
+
 def _freeze(v: Any) -> Any:
     if isinstance(v, list | tuple):
         return tuple(_freeze(x) for x in v)
@@ -58,11 +66,11 @@ class Op:
 
     def __post_init__(self) -> None:
         # Attributes arrive from ONNX, JSON and users as lists; ops must stay hashable for CSE.
-        for f in dataclasses.fields(self):
-            v = getattr(self, f.name)
+        for name in field_names(type(self)):
+            v = getattr(self, name)
             fv = _freeze(v)
             if fv is not v:
-                object.__setattr__(self, f.name, fv)
+                object.__setattr__(self, name, fv)
 
     def compute_shape(self, inputs: list[Shape]) -> Shape:
         raise NotImplementedError(f"{self.name}: compute_shape")
@@ -75,7 +83,7 @@ class Op:
         return -1
 
     def attributes(self) -> dict[str, Any]:
-        return {f.name: _thaw(getattr(self, f.name)) for f in dataclasses.fields(self)}
+        return {name: _thaw(getattr(self, name)) for name in field_names(type(self))}
 
     def __str__(self) -> str:
         attrs = self.attributes()
@@ -111,8 +119,8 @@ def make_op(name: str, **attrs: Any) -> Op:
         raise ValueError(f"unknown operator {name!r}")
     if cls.name == "@literal":
         raise ValueError("use module.add_literal for literals")
-    known = {f.name for f in dataclasses.fields(cls)}
-    bad = sorted(set(attrs) - known)
+    known = field_names(cls)
+    bad = sorted(set(attrs).difference(known))
     if bad:
         raise ValueError(f"operator {name!r}: unknown attribute(s) {bad}; valid: {sorted(known)}")
     if "shape" in attrs and isinstance(attrs["shape"], dict):
@@ -151,6 +159,7 @@ class Literal(Op):
         arr.setflags(write=False)
         object.__setattr__(self, "value", arr)
         object.__setattr__(self, "_digest", None)
+        object.__setattr__(self, "_shape", None)
 
     value: np.ndarray
 
@@ -171,7 +180,10 @@ class Literal(Op):
         return hash(self.digest())
 
     def compute_shape(self, inputs: list[Shape]) -> Shape:
-        return Shape.of(self.value)
+        # The value is read-only, and the weight cache hands every compile the same Literal: one Shape.
+        if self._shape is None:  # type: ignore[has-type]
+            object.__setattr__(self, "_shape", Shape.of(self.value))
+        return self._shape  # type: ignore[has-type]
 
     def compute(self, out: Shape, args: list[np.ndarray]) -> np.ndarray:
         return self.value
