@@ -10,7 +10,8 @@ import migraphx_ep.ops  # noqa: F401 - registers the ops make_op builds
 from migraphx_ep.ir import Shape
 from migraphx_ep.ir.dtypes import DType
 from migraphx_ep.ir.operation import Literal, field_names, make_op
-from migraphx_ep.ir.shape import standard_strides
+from migraphx_ep.ir.shape import ShapeError, standard_strides
+from migraphx_ep.ops.core import broadcast_lens
 
 
 def test_standard_strides_per_lens():
@@ -50,3 +51,12 @@ def test_field_names_per_op_class():
     assert make_op("transpose", permutation=[1, 0]).permutation == (1, 0)  # lists still frozen
     with pytest.raises(ValueError, match="unknown attribute"):
         make_op("transpose", axes=[0])
+
+
+def test_broadcast_lens():
+    assert broadcast_lens((2, 1, 4), (3, 1)) == (2, 3, 4)
+    assert broadcast_lens((1,), (1, 1), ()) == (1, 1)
+    assert broadcast_lens((5, 0), (1, 0)) == (5, 0)
+    assert broadcast_lens() == ()
+    with pytest.raises(ShapeError, match=r"dims \[\[2, 3\], \[4, 3\]\] are not broadcastable"):
+        broadcast_lens((2, 3), (4, 3))

@@ -196,6 +196,9 @@ class Shape:
         )
 
 
+_TUPLE = DType.tuple_type  # a module constant: an enum member read through its class costs ~70 ns
+
+
 class ShapeError(ValueError):
     """An operator was given inputs whose shapes or types it cannot accept."""
 
@@ -248,15 +251,17 @@ class ShapeCheck:
         return self
 
     def types(self, allowed: Iterable[DType]) -> ShapeCheck:
-        allowed = set(allowed)
+        if not isinstance(allowed, set | frozenset):  # op families pass a frozenset: no copy per check
+            allowed = set(allowed)
         for s in self.inputs:
             if s.type not in allowed:
                 raise self.fail(f"element type {type_name(s.type)} not supported")
         return self
 
     def not_tuple(self) -> ShapeCheck:
-        if any(s.type == DType.tuple_type for s in self.inputs):
-            raise self.fail("tuple input not allowed")
+        for s in self.inputs:  # every op's check starts here: a plain loop, the member looked up once
+            if s.type == _TUPLE:
+                raise self.fail("tuple input not allowed")
         return self
 
 

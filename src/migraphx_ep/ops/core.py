@@ -14,13 +14,18 @@ from ..ir.shape import Shape, ShapeError, check_shapes
 
 def broadcast_lens(*all_lens: tuple[int, ...]) -> tuple[int, ...]:
     """Numpy/ONNX multidirectional broadcasting of dims; raises ShapeError naming the clash."""
-    rank = max((len(x) for x in all_lens), default=0)
+    rank = max(map(len, all_lens), default=0)
     out = []
     for i in range(rank):
-        dims = {x[i - rank + len(x)] for x in all_lens if i - rank + len(x) >= 0} - {1}
-        if len(dims) > 1:
-            raise ShapeError(f"dims {[list(x) for x in all_lens]} are not broadcastable")
-        out.append(dims.pop() if dims else 1)
+        d = 1  # the first dim other than 1 along this axis (every other one must equal it)
+        for x in all_lens:
+            j = i - rank + len(x)
+            if j >= 0 and x[j] != 1:
+                if d == 1:
+                    d = x[j]
+                elif x[j] != d:
+                    raise ShapeError(f"dims {[list(x) for x in all_lens]} are not broadcastable")
+        out.append(d)
     return tuple(out)
 
 
