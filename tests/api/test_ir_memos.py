@@ -9,7 +9,8 @@ import pytest
 import migraphx_ep.ops  # noqa: F401 - registers the ops make_op builds
 from migraphx_ep.ir import Shape
 from migraphx_ep.ir.dtypes import DType
-from migraphx_ep.ir.operation import Literal, field_names, make_op
+from migraphx_ep.ir.module import Module
+from migraphx_ep.ir.operation import Literal, field_names, make_op, op_shape_memo
 from migraphx_ep.ir.shape import ShapeError, standard_strides
 from migraphx_ep.ops.core import broadcast_lens
 
@@ -51,6 +52,30 @@ def test_field_names_per_op_class():
     assert make_op("transpose", permutation=[1, 0]).permutation == (1, 0)  # lists still frozen
     with pytest.raises(ValueError, match="unknown attribute"):
         make_op("transpose", axes=[0])
+
+
+def test_op_shape_memo_follows_the_inputs():
+    """One op object on alternating input shapes (a body copy, then another use): each gets its own."""
+    op = make_op("multibroadcast", out_lens=[2, 3, 4])
+    a, b = Shape(DType.float_type, (3, 1)), Shape(DType.half_type, (1, 4))
+    for _ in range(2):
+        assert op_shape_memo(op, [a]) == Shape(DType.float_type, (2, 3, 4), (0, 1, 0))
+        assert op_shape_memo(op, [b]) == Shape(DType.half_type, (2, 3, 4), (0, 0, 1))
+    with pytest.raises(ShapeError):
+        op_shape_memo(op, [Shape(DType.float_type, (5, 4))])
+    assert op_shape_memo(op, [a]) == op.compute_shape([a])
+    assert make_op("multibroadcast", out_lens=[2, 3, 4]) == op  # the memo is no part of equality
+
+
+def test_module_shapes_through_the_memo():
+    m = Module()
+    x = m.add_parameter("x", Shape(DType.float_type, (2, 3)))
+    y = m.add_parameter("y", Shape(DType.float_type, (4, 3)))
+    t = make_op("transpose", permutation=[1, 0])
+    assert m.add_instruction(t, [x]).shape == Shape(DType.float_type, (3, 2), (1, 3))
+    assert m.add_instruction(t, [y]).shape == Shape(DType.float_type, (3, 4), (1, 3))
+    assert m.add_instruction(t, [x]).shape == Shape(DType.float_type, (3, 2), (1, 3))
+    m.validate()
 
 
 def test_broadcast_lens():

@@ -7,7 +7,7 @@ from collections.abc import Iterator, Sequence
 import numpy as np
 
 from .instruction import Instruction
-from .operation import Literal, ModuleOp, Op, Param, Return
+from .operation import Literal, ModuleOp, Op, Param, Return, op_shape_memo
 from .shape import Shape, ShapeError
 
 INDEX_WINDOW = 32  # instructions either side of the last edit that ``_index`` searches first
@@ -29,7 +29,7 @@ class Module:
         try:
             if isinstance(op, ModuleOp):
                 return op.compute_shape_with_modules(in_shapes, list(mods))
-            return op.compute_shape(in_shapes)
+            return op_shape_memo(op, in_shapes)
         except ShapeError:
             raise
         except (ValueError, TypeError, IndexError) as e:

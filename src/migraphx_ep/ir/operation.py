@@ -92,6 +92,19 @@ class Op:
         return f"{self.name}[" + ",".join(f"{k}={_fmt(v)}" for k, v in attrs.items()) + "]"
 
 
+def op_shape_memo(op: Op, inputs: list[Shape]) -> Shape:
+    """``op.compute_shape(inputs)``, remembered on ``op`` for the last inputs it was asked about: an op
+    is immutable, so its shape is a function of the input shapes alone, and passes that copy a chain into
+    a fused op's body (or re-add a value to a module) build the same op on the same shapes again."""
+    key = tuple(inputs)
+    last = op.__dict__.get("_shape_memo")
+    if last is not None and last[0] == key:
+        return last[1]
+    out = op.compute_shape(inputs)
+    object.__setattr__(op, "_shape_memo", (key, out))  # one tuple: a reader sees a whole entry or none
+    return out
+
+
 class ModuleOp(Op):
     """An op that owns submodules (control flow, fused kernels): shape and compute see them."""
 
@@ -213,4 +226,15 @@ class Return(Op):
         return Shape.tuple_of(inputs)
 
 
-__all__ = ["OPS", "Literal", "ModuleOp", "Op", "Param", "Return", "ShapeError", "make_op", "register_op"]
+__all__ = [
+    "OPS",
+    "Literal",
+    "ModuleOp",
+    "Op",
+    "Param",
+    "Return",
+    "ShapeError",
+    "make_op",
+    "op_shape_memo",
+    "register_op",
+]
