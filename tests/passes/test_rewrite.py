@@ -6,6 +6,7 @@ import numpy as np
 from passcheck import Build
 
 from migraphx_ep.passes.rewrite import (
+    Builder,
     Rule,
     apply_rules,
     const,
@@ -62,6 +63,15 @@ def test_when_condition_and_bindings_in_rewrite():
     assert m.get_return().inputs[0] is p
     assert m.get_return().inputs[1].name == "neg"
     m.validate()
+
+
+def test_builder_get_is_the_binding_or_none():
+    b = Build()
+    p = b.param("p", LENS)
+    n = b("neg", p)
+    r = Builder(b.m, n, op("neg", x, bind="n").match(n, {}))
+    assert r.get("x") is p and r.get("n") is n and r.x is p
+    assert r.get("bias") is None and r.get("root") is None  # a name the pattern left unbound
 
 
 def test_replace_value_refuses_when_a_users_layout_would_change():

@@ -273,6 +273,11 @@ class Builder:
     def root(self) -> Instruction:
         return self._root
 
+    def get(self, name: str) -> Instruction | None:
+        """The instruction bound to ``name``, or None (an optional part of the pattern). Fusion checks
+        ask this for every name of their chain: ``getattr(r, name, None)`` raises twice on a miss."""
+        return self._b.get(name)
+
     def op(self, name: str, *args: Instruction, **attrs: Any) -> Instruction:
         ins = self._m.insert_instruction(self._root, make_op(name, **attrs), list(args))
         self.created.append(ins)

@@ -102,7 +102,7 @@ CHAIN = (
 
 
 def _bound(r: Builder, name: str) -> Instruction | None:
-    return getattr(r, name, None)
+    return r.get(name)
 
 
 def _causal(bias: Instruction, s: int, lk: int) -> bool:

@@ -56,7 +56,7 @@ def epilogue_pattern(product: Callable[[Predicate], Pattern], bias: Predicate) -
 
 
 def _bound(r: Builder, name: str) -> Instruction | None:
-    return getattr(r, name, None)
+    return r.get(name)
 
 
 class EpilogueRule:

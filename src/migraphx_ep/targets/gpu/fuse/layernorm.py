@@ -126,7 +126,7 @@ PATTERN = any_of(
 
 
 def _bound(r: Builder, name: str) -> Instruction | None:
-    return getattr(r, name, None)
+    return r.get(name)
 
 
 def _row_vector(v: Instruction, x: Instruction, axis: int) -> bool:
