@@ -50,6 +50,10 @@ def test_field_names_per_op_class():
     assert field_names(type(make_op("transpose", permutation=[1, 0]))) == ("permutation",)
     assert "axes" in field_names(type(make_op("squeeze", axes=[0])))
     assert make_op("transpose", permutation=[1, 0]).permutation == (1, 0)  # lists still frozen
+    frozen = make_op("transpose", permutation=[np.int64(1), 0]).permutation
+    assert frozen == (1, 0) and all(type(v) is int for v in frozen)  # numpy ints still plain ints
+    nested = make_op("pad", pads=[[1, 2], (3, np.int32(4))]).pads
+    assert nested == ((1, 2), (3, 4)) and type(nested[1][1]) is int
     with pytest.raises(ValueError, match="unknown attribute"):
         make_op("transpose", axes=[0])
 

@@ -260,9 +260,10 @@ class GraphParser:
                 except UnsupportedTypeError as e:
                     raise Unsupported(f"value {name!r}: {e}") from None
         args = [get(n) for n in desc.inputs]
-        ctx = ParseContext(
-            module, desc, self._parse_subgraph_for(module, get), frozenset(self.value_candidates)
-        )
+        # A node without subgraphs gets no subgraph parser: ParseContext refuses a subgraph attribute
+        # the node lacks either way.
+        subgraphs = self._parse_subgraph_for(module, get) if desc.subgraphs else None
+        ctx = ParseContext(module, desc, subgraphs, frozenset(self.value_candidates))
         ctx.assume_runtime = bool(self.runtime_dims)
         ctx.weights = self.weights
         result = entry.parser(ctx, desc, args)

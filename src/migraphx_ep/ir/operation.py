@@ -44,6 +44,8 @@ def field_names(cls: type) -> tuple[str, ...]:
 
 def _freeze(v: Any) -> Any:
     if isinstance(v, list | tuple):
+        if all(type(x) is int for x in v):  # dims, axes, permutations: nothing inside to freeze
+            return v if type(v) is tuple else tuple(v)
         return tuple(_freeze(x) for x in v)
     if isinstance(v, np.generic):
         return v.item()
