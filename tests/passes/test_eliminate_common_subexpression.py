@@ -54,6 +54,24 @@ def test_operand_order_and_attributes_matter():
     check_pass(CSE, build, build)
 
 
+def test_attributes_equal_as_fields_but_not_in_meaning_stay_apart():
+    """pad values 0.0 and -0.0 (and 1 vs 1.0) compare equal as dataclass fields; only equal ones merge,
+    each with the first of its own kind."""
+
+    def pads(values: list[float | int]):
+        b = Build()
+        x = b.param("x", LENS)
+        return b.ret(*(b("pad", x, pads=[0, 1, 0, 1], value=v) for v in values))
+
+    m = pads([0.0, -0.0, 0.0, -0.0, 1, 1.0, 1])
+    assert eliminate_common_subexpression(m)
+    outs = m.get_return().inputs
+    assert [repr(o.op.value) for o in outs] == ["0.0", "-0.0", "0.0", "-0.0", "1", "1.0", "1"]
+    assert outs[0] is outs[2] and outs[1] is outs[3] and outs[4] is outs[6]
+    assert len({id(o) for o in outs}) == 4
+    m.validate()
+
+
 def test_equal_literals_merge_by_bytes_not_value():
     def build():
         b = Build()

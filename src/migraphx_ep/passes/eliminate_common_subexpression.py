@@ -21,16 +21,20 @@ from .rewrite import replace_value
 
 
 def _key(ins: Instruction) -> Hashable:
-    # repr() guards op equality against values that compare equal but mean different things: an attribute
-    # 0.0 vs -0.0 (pad value) or 1 vs 1.0 vs True hash and compare equal as dataclass fields.
     return (
         type(ins.op),
         ins.op,
-        repr(ins.op),
         tuple(id(i) for i in ins.inputs),
         tuple(id(mod) for mod in ins.module_args),
         ins.shape,
     )
+
+
+def _same_op(a: Instruction, b: Instruction) -> bool:
+    """Ops already equal as dataclasses may still mean different things: an attribute 0.0 vs -0.0 (pad
+    value) or 1 vs 1.0 vs True compare equal as fields; their repr() tells them apart. Asked only of
+    instructions whose keys match (most have none to match), not of every instruction."""
+    return repr(a.op) == repr(b.op)
 
 
 SAMPLES = 16  # elements compared before two same-shape literals are hashed whole
@@ -43,7 +47,7 @@ def _sample(lit: Literal) -> bytes:
 
 
 def eliminate_common_subexpression(m: Module) -> bool:
-    seen: dict[Hashable, Instruction] = {}
+    seen: dict[Hashable, list[Instruction]] = {}  # key -> one instruction per distinct op repr
     literals: dict[object, list[Instruction]] = {}  # (shape, sample) -> distinct literals with them
     changed = False
     for ins in m:
@@ -59,9 +63,13 @@ def eliminate_common_subexpression(m: Module) -> bool:
                 changed = True
             continue
         k = _key(ins)
-        first = seen.get(k)
+        same_key = seen.get(k)
+        if same_key is None:
+            seen[k] = [ins]
+            continue
+        first = next((f for f in same_key if _same_op(f, ins)), None)
         if first is None:
-            seen[k] = ins
+            same_key.append(ins)
         elif replace_value(m, ins, first):
             changed = True
     return changed
