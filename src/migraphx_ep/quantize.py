@@ -15,7 +15,7 @@ import numpy as np
 from .ir.dtypes import DType, to_numpy
 from .ir.instruction import Instruction
 from .ir.module import Module
-from .ir.operation import OPS, Literal, ModuleOp, Param, make_op
+from .ir.operation import OPS, Literal, ModuleOp, Param, make_op, op_shape_memo
 from .ir.program import Program
 from .ir.shape import Shape
 from .ir.weights import WeightCache, op_key
@@ -98,7 +98,8 @@ def _quantize_fp16_module(
             continue
         new_shapes = [a.shape.with_type(t) if a.shape.type in WIDE_FLOATS else a.shape for a in ins.inputs]
         try:
-            out = ins.op.compute_shape(new_shapes)
+            # Through the op's memo: the half instruction inserted below asks again on these shapes.
+            out = op_shape_memo(ins.op, new_shapes)
         except (ValueError, TypeError):
             continue  # this op has no half version: leave it in full precision
         back_shape = out if out.type == ins.shape.type else out.with_lens(out.lens, ins.shape.type)
