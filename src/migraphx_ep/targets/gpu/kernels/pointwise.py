@@ -12,11 +12,13 @@ operand are merged. When every operand is contiguous or a broadcast scalar the l
 
 from __future__ import annotations
 
+from collections.abc import Hashable
+
 import numpy as np
 
 from .... import ops as _ops  # noqa: F401 - every op class registered before POINTWISE_OPS is read
 from ....ir.dtypes import FLOAT_TYPES, INT_TYPES, DType, as_dtype, to_numpy
-from ....ir.operation import OPS, Op
+from ....ir.operation import OPS, Op, field_names
 from ....ir.shape import Shape, standard_strides
 from ....ops.pointwise import zero_divisor_message
 from .params import Params
@@ -147,9 +149,40 @@ def _hashable(e: PwExpr) -> bool:
     return e == e  # NaN constants never equal themselves: leave them out of the memo
 
 
+# element_function's results by ``_exact_key``: an expression does not depend on the shapes, so every
+# compile of a model (and every layer of the same op chain) asks for the same few dozen. Bounded: when
+# full it starts afresh. Entries are immutable; a race only computes one twice.
+_ELEMENT_FUNCTIONS: dict[Hashable, tuple[str, tuple[Check, ...]]] = {}
+MAX_ELEMENT_FUNCTIONS = 4096
+
+
+def _exact_key(e: PwExpr) -> Hashable:
+    """Equal only for expressions ``element_function`` emits alike. Not the dataclass equality: that
+    equates the constants 0.0 and -0.0 (or 1 and True) and attributes so; their reprs differ."""
+    if isinstance(e, PwInput):
+        return e.index
+    if isinstance(e, PwConst):
+        return (type(e.value), repr(e.value), as_dtype(e.type))
+    attrs = repr(e.op) if field_names(type(e.op)) else ""
+    return (type(e.op), attrs, as_dtype(e.type), tuple(_exact_key(a) for a in e.args))
+
+
 def element_function(expr: PwExpr, in_types: list[DType], out_type: DType) -> tuple[str, tuple[Check, ...]]:
     """``mx_elem(x0, x1, ...)``: the output element (storage type) from input compute values, and the
     checks it makes. A checking one is a lambda for the kernel's body, where it sees the error slot."""
+    if not _hashable(expr):  # the emitter tells unhashable nodes apart by identity: not memoised
+        return _element_function(expr, in_types, out_type)
+    key = (_exact_key(expr), tuple(as_dtype(t) for t in in_types), as_dtype(out_type))
+    found = _ELEMENT_FUNCTIONS.get(key)
+    if found is None:
+        found = _element_function(expr, in_types, out_type)
+        if len(_ELEMENT_FUNCTIONS) >= MAX_ELEMENT_FUNCTIONS:
+            _ELEMENT_FUNCTIONS.clear()
+        _ELEMENT_FUNCTIONS[key] = found
+    return found
+
+
+def _element_function(expr: PwExpr, in_types: list[DType], out_type: DType) -> tuple[str, tuple[Check, ...]]:
     em = _Emitter(in_types)
     var, _ = em.value(expr)
     params = ", ".join(f"const {compute_type(t)} x{i}" for i, t in enumerate(in_types))
