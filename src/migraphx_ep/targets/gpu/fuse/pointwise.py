@@ -22,7 +22,7 @@ from ....ops.fused import FusedPointwise
 from ....passes.manager import Pass
 from .. import kernels as K
 from ..views import only_user, scalar_value
-from .body import body_name, copy_chain, is_body
+from .body import body_name, body_names, copy_chain, is_body
 
 
 def is_pointwise(ins: Instruction) -> bool:
@@ -35,14 +35,15 @@ def is_pointwise(ins: Instruction) -> bool:
 def pointwise_groups(m: Module) -> dict[int, list[Instruction]]:
     """Each root's group (keyed by ``id(root)``): the pointwise instructions its kernel computes, in
     module order, the root last. Every pointwise instruction of ``m`` is in exactly one group."""
+    pointwise = {id(ins) for ins in m.instructions if is_pointwise(ins)}  # asked once per instruction
     absorbed: dict[int, Instruction] = {}  # id -> the reader whose kernel computes it
     for ins in m.instructions:
-        u = only_user(ins) if is_pointwise(ins) else None
-        if u is not None and is_pointwise(u):
+        u = only_user(ins) if id(ins) in pointwise else None
+        if u is not None and id(u) in pointwise:
             absorbed[id(ins)] = u
     groups: dict[int, list[Instruction]] = {}
     for ins in m.instructions:  # module order: a group's members come before its root
-        if not is_pointwise(ins):
+        if id(ins) not in pointwise:
             continue
         root = ins
         while id(root) in absorbed:
@@ -72,13 +73,14 @@ def fuse_pointwise(m: Module) -> bool:
     if is_body(m):
         return False
     changed = False
+    used = body_names(m)  # this loop only adds bodies: the names are kept, not rescanned per group
     for group in pointwise_groups(m).values():
         root = group[-1]
         if len(group) < 2 or not root.shape.standard():
             continue
         inputs = group_inputs(group)
         params = [(f"x{i}", x) for i, x in enumerate(inputs)]
-        body = copy_chain(body_name(m, FusedPointwise.name), params, group)
+        body = copy_chain(body_name(m, FusedPointwise.name, used), params, group)
         fused = m.insert_instruction(root, FusedPointwise(), inputs, [body])
         m.replace_all_uses(root, fused)
         changed = True
