@@ -163,25 +163,30 @@ class OpPattern(Pattern):
         return self.names
 
     def match(self, ins: Instruction, b: Bindings) -> Bindings | None:
-        if ins.name not in self.names or (self.when is not None and not self.when(ins)):
+        # The innermost loop of every rewrite pass (~10k calls per compile): locals, no list of orders.
+        name = ins.op.name
+        if name not in self.names or (self.when is not None and not self.when(ins)):
             return None
         b2 = _bind(self.bind, ins, b)
         if b2 is None or self.args is None:
             return b2
-        if len(ins.inputs) != len(self.args):
+        inputs = ins.inputs
+        if len(inputs) != len(self.args):
             return None
-        orders = [ins.inputs]
-        if ins.name in COMMUTATIVE and len(ins.inputs) == 2:
-            orders.append(ins.inputs[::-1])
-        for inputs in orders:
-            got: Bindings | None = b2
-            for p, i in zip(self.args, inputs, strict=True):
-                got = p.match(i, got)
-                if got is None:
-                    break
-            if got is not None:
-                return got
-        return None
+        got = _match_args(self.args, inputs, b2)
+        if got is None and name in COMMUTATIVE and len(inputs) == 2:
+            got = _match_args(self.args, inputs[::-1], b2)
+        return got
+
+
+def _match_args(args: tuple[Pattern, ...], inputs: Sequence[Instruction], b: Bindings) -> Bindings | None:
+    """``b`` extended by each pattern of ``args`` matching its input (equally many), or None."""
+    for p, i in zip(args, inputs, strict=True):
+        got = p.match(i, b)
+        if got is None:
+            return None
+        b = got
+    return b
 
 
 @dataclass(frozen=True)
@@ -385,14 +390,15 @@ def apply_rules(m: Module, rules: Sequence[Rule], max_sweeps: int = 16, backward
             anywhere.append(rl)
         for n in names or ():
             by_root.setdefault(n, []).append(rl)
+    candidates = {n: rls + anywhere for n, rls in by_root.items()}  # per root name, in trying order
     changed = False
     for _ in range(max_sweeps):
         progress = False
-        for ins in reversed(list(m)) if backward else m:
+        for ins in reversed(m.instructions[:]) if backward else m:
             # Dead or removed roots are skipped: rewriting garbage would "change" forever.
             if ins.module is not m or not ins.outputs:
                 continue
-            for rl in by_root.get(ins.name, []) + anywhere:
+            for rl in candidates.get(ins.op.name, anywhere):
                 if rl.apply(m, ins):
                     progress = True
                     break
