@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -19,7 +20,11 @@ class Instruction:
     __slots__ = ("op", "inputs", "outputs", "shape", "module_args", "module", "__weakref__")
 
     def __init__(
-        self, op: Op, inputs: list[Instruction], shape: Shape, module_args: list[Module] | None = None
+        self,
+        op: Op,
+        inputs: Sequence[Instruction],
+        shape: Shape,
+        module_args: Sequence[Module] | None = None,
     ):
         self.op = op
         self.inputs: list[Instruction] = list(inputs)

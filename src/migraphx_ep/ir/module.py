@@ -41,7 +41,7 @@ class Module:
                 raise ModuleError(f"{op.name}: argument {a!r} is not an instruction")
             if a.module is not self:
                 raise ModuleError(f"{op.name}: argument {a.op} belongs to another module")
-        ins = Instruction(op, list(args), self._shape_of(op, args, mods), list(mods))
+        ins = Instruction(op, args, self._shape_of(op, args, mods), mods)  # it copies both lists
         ins.module = self
         for a in args:
             a.outputs.append(ins)

@@ -135,9 +135,9 @@ def make_op(name: str, **attrs: Any) -> Op:
     if cls.name == "@literal":
         raise ValueError("use module.add_literal for literals")
     known = field_names(cls)
-    bad = sorted(set(attrs).difference(known))
+    bad = [k for k in attrs if k not in known]
     if bad:
-        raise ValueError(f"operator {name!r}: unknown attribute(s) {bad}; valid: {sorted(known)}")
+        raise ValueError(f"operator {name!r}: unknown attribute(s) {sorted(bad)}; valid: {sorted(known)}")
     if "shape" in attrs and isinstance(attrs["shape"], dict):
         attrs = {**attrs, "shape": Shape.from_dict(attrs["shape"])}
     return cls(**attrs)
