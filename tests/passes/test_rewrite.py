@@ -8,6 +8,7 @@ from passcheck import Build
 from migraphx_ep.passes.rewrite import (
     Builder,
     Rule,
+    any_of,
     apply_rules,
     const,
     is_splat,
@@ -72,6 +73,29 @@ def test_builder_get_is_the_binding_or_none():
     r = Builder(b.m, n, op("neg", x, bind="n").match(n, {}))
     assert r.get("x") is p and r.get("n") is n and r.x is p
     assert r.get("bias") is None and r.get("root") is None  # a name the pattern left unbound
+
+
+def test_rules_whose_ops_are_absent_are_not_swept():
+    """A rule needs every op its pattern names outside alternatives (any of an alternative's)."""
+    nested = rule(op("neg", op("exp", x)), lambda r: r.x)  # never a valid rewrite: x != -exp(x)
+    either = rule(op("neg", any_of(op("exp", x), op("log", x))), lambda r: r.x)
+    assert nested.needs == {frozenset({"neg"}), frozenset({"exp"})}
+    assert either.needs == {frozenset({"neg"})}
+    assert nested.can_match({"neg", "exp"}) and not nested.can_match({"neg", "log"})
+    for rules, ops, fires in [
+        ([nested], ("log", "neg"), False),  # no exp anywhere: skipped, unchanged
+        ([nested, either], ("log", "neg"), True),  # one rule set member still applies
+        ([nested], ("exp", "neg"), True),
+    ]:
+        b = Build()
+        v = b.param("p", LENS)
+        for name in ops:
+            v = b(name, v)
+        m = b.ret(v)
+        before = m.to_text()
+        assert apply_rules(m, rules) is fires
+        assert (m.to_text() != before) is fires
+        m.validate()
 
 
 def test_replace_value_refuses_when_a_users_layout_would_change():

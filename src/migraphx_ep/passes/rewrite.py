@@ -14,7 +14,7 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -132,6 +132,10 @@ class Pattern:
         """Op names this pattern can match at its root (None: any)."""
         return None
 
+    def needs(self) -> frozenset[frozenset[str]]:
+        """Sets of op names of which a module must hold one for any match (a necessary condition)."""
+        return frozenset()
+
 
 def _bind(name: str | None, ins: Instruction, b: Bindings) -> Bindings | None:
     if name is None:
@@ -161,6 +165,9 @@ class OpPattern(Pattern):
 
     def roots(self) -> frozenset[str] | None:
         return self.names
+
+    def needs(self) -> frozenset[frozenset[str]]:
+        return frozenset({self.names}).union(*(p.needs() for p in self.args or ()))
 
     def match(self, ins: Instruction, b: Bindings) -> Bindings | None:
         # The innermost loop of every rewrite pass (~10k calls per compile): locals, no list of orders.
@@ -222,6 +229,10 @@ class AnyOf(Pattern):
     def roots(self) -> frozenset[str] | None:
         names = [p.roots() for p in self.alternatives]
         return None if any(n is None for n in names) else frozenset().union(*names)  # type: ignore[arg-type]
+
+    def needs(self) -> frozenset[frozenset[str]]:
+        needs = [p.needs() for p in self.alternatives]
+        return frozenset.intersection(*needs) if needs else frozenset()
 
 
 def any_of(*alternatives: Pattern) -> AnyOf:
@@ -328,6 +339,14 @@ class Rule:
     check: Callable[[Builder], str | None] | None = None
     name: str = ""
     prune: bool = False
+    needs: frozenset[frozenset[str]] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "needs", self.pattern.needs())
+
+    def can_match(self, names: set[str]) -> bool:
+        """A module whose op names are ``names`` meets ``needs``."""
+        return all(not alternatives.isdisjoint(names) for alternatives in self.needs)
 
     def apply(self, m: Module, ins: Instruction) -> bool:
         b = self.pattern.match(ins, {})
@@ -391,6 +410,11 @@ def apply_rules(m: Module, rules: Sequence[Rule], max_sweeps: int = 16, backward
         for n in names or ():
             by_root.setdefault(n, []).append(rl)
     candidates = {n: rls + anywhere for n, rls in by_root.items()}  # per root name, in trying order
+    # A rule set none of whose rules can match here (layernorm's needs a reduce_mean, a GEMM epilogue's a
+    # dot) changes nothing in the first sweep, so nothing at all: skip the sweep.
+    names = {ins.op.name for ins in m.instructions}
+    if not any(rl.can_match(names) for rl in rules):
+        return False
     changed = False
     for _ in range(max_sweeps):
         progress = False
