@@ -60,7 +60,18 @@ def resize_supported(op: Op, x: Shape) -> str | None:
 
 def _layout(op: Op, in_lens: tuple[int, ...]) -> tuple[np.ndarray, dict[int, list[int]]]:
     """The table bytes, and per resized axis the byte offsets (8-aligned) of its int32 neighbours,
-    then its float64 weights (linear) and uint8 outside mask (tf_crop_and_resize)."""
+    then its float64 weights (linear) and uint8 outside mask (tf_crop_and_resize). Remembered on the
+    op (immutable) for its last input lens: the lowering asks for the table weight, then the kernel."""
+    last = op.__dict__.get("_resize_layout")
+    if last is not None and last[0] == tuple(in_lens):
+        return last[1]
+    layout = _make_layout(op, in_lens)
+    layout[0].setflags(write=False)  # shared by both askers (and the weight's device copy)
+    object.__setattr__(op, "_resize_layout", (tuple(in_lens), layout))
+    return layout
+
+
+def _make_layout(op: Op, in_lens: tuple[int, ...]) -> tuple[np.ndarray, dict[int, list[int]]]:
     tables = resize_tables(op, in_lens) if math.prod(op.out_lens) else [None] * len(in_lens)  # type: ignore[attr-defined]
     linear = op.mode == "linear"  # type: ignore[attr-defined]
     tf = op.coordinate_transformation_mode == "tf_crop_and_resize"  # type: ignore[attr-defined]

@@ -1,11 +1,16 @@
-"""element_function's memo gives what the emitter gives afresh, for expressions that compare equal as
-dataclasses but emit differently (0.0 vs -0.0, attribute values, input types). No GPU needed."""
+"""The kernel generators' memos give what they compute afresh. element_function's: for expressions that
+compare equal as dataclasses but emit differently (0.0 vs -0.0, attribute values, input types); a
+resize op's tables: for each input size it is asked about. No GPU needed."""
 
 from __future__ import annotations
 
+import numpy as np
+
 from migraphx_ep.ir.dtypes import DType
 from migraphx_ep.ir.operation import make_op
+from migraphx_ep.ir.shape import Shape
 from migraphx_ep.targets.gpu.kernels import pointwise as P
+from migraphx_ep.targets.gpu.kernels import resize as R
 from migraphx_ep.targets.gpu.kernels.spec import PwConst, PwInput, PwOp
 
 F, H, I32 = DType.float_type, DType.half_type, DType.int32_type
@@ -47,3 +52,15 @@ def test_memo_starts_afresh_when_full(monkeypatch):
     for e, i, o in CASES:
         assert P.element_function(e, list(i), o) == P._element_function(e, list(i), o)
         assert len(P._ELEMENT_FUNCTIONS) <= 2
+
+
+def test_resize_tables_per_input_size():
+    op = make_op("resize", out_lens=[1, 1, 8, 8], scales=[1.0, 1.0, 2.0, 2.0], mode="linear")
+    small, large = Shape(DType.float_type, (1, 1, 4, 4)), Shape(DType.float_type, (1, 1, 6, 5))
+    want = {s.lens: R._make_layout(op, s.lens) for s in (small, large)}
+    assert not np.array_equal(want[small.lens][0], want[large.lens][0])
+    for _ in range(2):
+        for s in (small, large, large, small):
+            table = R.resize_table(op, s)
+            assert np.array_equal(table, want[s.lens][0]) and not table.flags.writeable
+            assert R._layout(op, s.lens)[1] == want[s.lens][1]
