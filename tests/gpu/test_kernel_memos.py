@@ -33,6 +33,8 @@ CASES = [
     (_leaky(0.1), [F], F),
     (_leaky(0.2), [F], F),
     (PwOp(make_op("div"), (PwInput(0), PwInput(1)), I32), [I32, I32], I32),  # a checking one
+    (_add(np.float64(0.1)), [F], F),
+    (_add(np.float32(0.1)), [F], F),  # equal to the float 0.1 neither in value nor in type
 ]
 
 

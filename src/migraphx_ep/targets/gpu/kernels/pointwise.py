@@ -156,23 +156,28 @@ _ELEMENT_FUNCTIONS: dict[Hashable, tuple[str, tuple[Check, ...]]] = {}
 MAX_ELEMENT_FUNCTIONS = 4096
 
 
-def _exact_key(e: PwExpr) -> Hashable:
-    """Equal only for expressions ``element_function`` emits alike. Not the dataclass equality: that
-    equates the constants 0.0 and -0.0 (or 1 and True) and attributes so; their reprs differ."""
+def _exact_key(e: PwExpr) -> Hashable | None:
+    """Equal only for expressions ``element_function`` emits alike (None: no such key). Not the
+    dataclass equality: that equates the constants 0.0 and -0.0 (or 1 and True) and attributes so;
+    their reprs differ. A scalar's repr is exact; an array's (numpy print precision) is not."""
     if isinstance(e, PwInput):
         return e.index
     if isinstance(e, PwConst):
-        return (type(e.value), repr(e.value), as_dtype(e.type))
+        exact = isinstance(e.value, int | float | np.generic)
+        return (type(e.value), repr(e.value), as_dtype(e.type)) if exact else None
+    args = tuple(_exact_key(a) for a in e.args)
     attrs = repr(e.op) if field_names(type(e.op)) else ""
-    return (type(e.op), attrs, as_dtype(e.type), tuple(_exact_key(a) for a in e.args))
+    return None if None in args else (type(e.op), attrs, as_dtype(e.type), args)
 
 
 def element_function(expr: PwExpr, in_types: list[DType], out_type: DType) -> tuple[str, tuple[Check, ...]]:
     """``mx_elem(x0, x1, ...)``: the output element (storage type) from input compute values, and the
     checks it makes. A checking one is a lambda for the kernel's body, where it sees the error slot."""
-    if not _hashable(expr):  # the emitter tells unhashable nodes apart by identity: not memoised
+    # Not memoised: unhashable nodes (the emitter tells them apart by identity), inexact constants.
+    exact = _exact_key(expr) if _hashable(expr) else None
+    if exact is None:
         return _element_function(expr, in_types, out_type)
-    key = (_exact_key(expr), tuple(as_dtype(t) for t in in_types), as_dtype(out_type))
+    key = (exact, tuple(as_dtype(t) for t in in_types), as_dtype(out_type))
     found = _ELEMENT_FUNCTIONS.get(key)
     if found is None:
         found = _element_function(expr, in_types, out_type)
