@@ -425,3 +425,17 @@ def test_resize_tables_match_ref(mode: str, ctm: str) -> None:
             if mode == "linear":
                 got = got.astype(np.float32)
             np.testing.assert_array_equal(got, want)
+
+
+def test_signed_zero_constants_stay_apart() -> None:
+    """x * 0.0 and x * -0.0 differ (the sign of a zero product; 1 / it is +inf or -inf): the generator
+    shares equal subexpressions, and must not take one for the other."""
+    x = PwInput(0)
+    pos, neg = (PwOp(make_op("mul"), (x, PwConst(z, F)), F) for z in (0.0, -0.0))
+    assert PwConst(0.0, F) != PwConst(-0.0, F) and PwConst(1, F) != PwConst(True, F)
+    assert PwConst(0.5, F) == PwConst(0.5, F) and hash(PwConst(0.5, F)) == hash(PwConst(0.5, F))
+    expr = PwOp(make_op("sub"), (PwOp(make_op("div"), (PwConst(1.0, F), pos), F),
+                                 PwOp(make_op("div"), (PwConst(1.0, F), neg), F)), F)  # fmt: skip
+    spec = K.pointwise_kernel("k_zeros", expr, [Shape(F, (8,))], Shape(F, (8,)))
+    body = spec.source[spec.source.index("mx_elem(") :]
+    assert body.count("mx_mul(") == 2, body[:600]

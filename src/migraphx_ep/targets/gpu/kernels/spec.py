@@ -25,6 +25,7 @@ The contract between the lowering (``targets/gpu/lowering.py``) and the generato
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass
 from typing import Union
 
@@ -101,12 +102,25 @@ class PwInput:
     index: int
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class PwConst:
-    """A scalar constant (a literal that was broadcast); ``value`` is a Python number or bool."""
+    """A scalar constant (a literal that was broadcast); ``value`` is a Python number or bool.
+
+    Equal when they are the same constant: ``0.0`` and ``-0.0`` (and ``1`` and ``True``) compare equal
+    as numbers, yet ``x * -0.0`` is not ``x * 0.0``, and the code generator shares equal subexpressions."""
 
     value: float | int | bool
     type: DType
+
+    def _ident(self) -> tuple:
+        v = self.value
+        return (self.type, type(v), v, math.copysign(1.0, v) if isinstance(v, float) else 0.0)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, PwConst) and self._ident() == other._ident()
+
+    def __hash__(self) -> int:
+        return hash(self._ident())
 
 
 @dataclass(frozen=True)
