@@ -252,9 +252,10 @@ def test_bert_fuses_its_epilogues_and_the_switch_turns_it_off(monkeypatch) -> No
         for got, want in zip(run_steps(low, feeds), ref.run_numpy(feeds), strict=True):
             np.testing.assert_allclose(got.astype(np.float64), want.astype(np.float64), rtol=1e-5, atol=1e-5)
     on, off = seen[""], seen["fuse_gemm_epilogue"]
-    # Per layer: Q, K, V, the output projection (+ residual) and the two MLP GEMMs (+ residual), and the
-    # pooler's dense layer: 2 * 6 + 1 fused, each bias and residual in the GEMM.
-    assert on == (13, 13, 4, on[3]) and off[:3] == (0, 0, 0), (on, off)
+    # Per layer: Q, K and V as one GEMM (fuse_horizontal_dots), the output projection (+ residual) and
+    # the two MLP GEMMs (+ residual), and the pooler's dense layer: 2 * 4 + 1 fused, each bias and
+    # residual in the GEMM.
+    assert on == (9, 9, 4, on[3]) and off[:3] == (0, 0, 0), (on, off)
     # Unfused, each epilogue is one pointwise kernel (bias and residual adds together), except the pooler's
     # bias add, which joins its tanh's kernel.
-    assert off[3] - on[3] == 13 - 1, (on, off)
+    assert off[3] - on[3] == 9 - 1, (on, off)

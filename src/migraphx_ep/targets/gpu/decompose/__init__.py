@@ -24,7 +24,7 @@ from ....ir.shape import Shape
 from ....ir.weights import WeightCache
 from ....passes.dead_code_elimination import DEAD_CODE_ELIMINATION as DCE
 from ....passes.manager import Pass
-from ....passes.pipelines import ref_pipeline
+from ....passes.pipelines import ref_pipeline, with_weights
 from ....passes.simplify_qdq import SIMPLIFY_QDQ
 from ..kernels.spec import Unsupported
 from ..support import kernel_supported
@@ -139,6 +139,7 @@ def gpu_pipeline(
     the libraries that load (``use_blas``: cuBLASLt, ``use_dnn``: cuDNN). Run-time dims before all:
     their check reads the program as parsed (runtime_dims.py)."""
     from ..fuse import fusion_passes
+    from ..fuse.horizontal import FUSE_HORIZONTAL_DOTS, fuse_horizontal_dots
     from ..runtime_dims import DIMS_AS_INPUTS
 
     return [
@@ -147,6 +148,7 @@ def gpu_pipeline(
         DCE,
         DECOMPOSE_OPS,
         DCE,
+        *[with_weights(FUSE_HORIZONTAL_DOTS, fuse_horizontal_dots, weights), DCE] * use_blas,
         *ref_pipeline(weights),
         *fusion_passes(use_blas, use_dnn),
     ]
