@@ -1,6 +1,7 @@
 """Where a gpu-target program spends its time: per-step device times (events around each step, run
-eagerly), the graph replay alone, and a whole Run with copies. Usage:
-``python tools/gpu_profile.py MODEL.onnx [--batch N] [--top 15] [--nhwc 0|1]``"""
+eagerly; with ``--alone`` each step captured alone in a CUDA graph, as the program replays it), the graph
+replay alone, and a whole Run with copies. Usage:
+``python tools/gpu_profile.py MODEL.onnx [--batch N] [--top 15] [--alone] [--ort]``"""
 
 from __future__ import annotations
 
@@ -20,6 +21,24 @@ from migraphx_ep.targets import get_target
 from migraphx_ep.targets.gpu import cuda
 
 
+def step_times(exe, launches: int = 50, replays: int = 15) -> dict[str, float]:  # noqa: ANN001
+    """µs per launch of each step, captured ``launches`` times in a graph, best of ``replays``."""
+    steps = [st for st in exe.lowered.steps if not all(b.shape.elements() == 0 for b in st.writes)]
+    s, start, stop = exe.stream, cuda.Event(), cuda.Event()
+    out: dict[str, float] = {}
+    for k, (st, launch) in enumerate(zip(steps, exe._launches, strict=False)):
+        graph = cuda.Graph(s, lambda h, launch=launch: [launch(h) for _ in range(launches)])
+        best = float("inf")
+        for _ in range(replays):
+            start.record(s.handle)
+            graph.launch(s.handle)
+            stop.record(s.handle)
+            stop.sync()
+            best = min(best, stop.elapsed_ms(start) * 1e3 / launches)
+        out[f"{k}:{st.label.split()[0]}"] = best
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("model")
@@ -27,6 +46,7 @@ def main() -> None:
     ap.add_argument("--top", type=int, default=15)
     ap.add_argument("--runs", type=int, default=100)
     ap.add_argument("--ort", action="store_true", help="also time sess.run through ORT with the EP")
+    ap.add_argument("--alone", action="store_true", help="each step alone in a CUDA graph (no launch gaps)")
     a = ap.parse_args()
     g = model_to_dict(onnx.load(a.model))
     t0 = time.perf_counter()
@@ -67,6 +87,8 @@ def main() -> None:
         evs[-1].sync()
         per += [evs[i + 1].elapsed_ms(evs[i]) for i in range(len(exe._launches))]
     per /= 20
+    if a.alone:  # eager events include the launch gaps a graph does not have
+        per = np.array(list(step_times(exe).values())) / 1e3
     by_kind: dict[str, float] = collections.defaultdict(float)
     for st, ms in zip(steps, per, strict=False):
         by_kind[st.label.split()[0]] += ms

@@ -145,10 +145,11 @@ def attention_supported(op: Op, inputs: list[Shape], out: Shape, body: Module | 
 # fuse_attention), when the tensor-core kernel had no key split: BERT-base seq 128 fp16 at batch 1 (24
 # blocks) 0.856 vs 0.748 ms, GPT-2 fp16 at batch 1 0.837 vs 0.776 ms; at batch 8 (192 blocks) 1.201 vs
 # 1.338 ms. The tensor-core kernel splits the keys among its warps when blocks are few
-# (attention_mma.key_warps) and beats the unfused chain at every size measured (.dev/attn.py, H100, fp16,
-# 12 heads, d 64, microseconds fused / unfused: seq 128 batch 1 6.0 / 10.5, GPT-2 batch 1 5.0 / 11.5, seq
-# 384 batch 1 15.5 / 17.3), so the gate holds for the SIMT schedule only. MIGRAPHX_EP_ATTENTION_MIN_BLOCKS
-# changes it (0: fuse whatever the kernel can run, as the tests of the fusion itself do).
+# (attention_mma.key_warps) and beats the unfused chain at every size measured
+# (tools/attention_bench.py, H100, fp16, 12 heads, d 64, microseconds fused / unfused: seq 128 batch 1
+# 6.0 / 10.5, GPT-2 batch 1 5.0 / 11.5, seq 384 batch 1 15.5 / 17.3), so the gate holds for the SIMT
+# schedule only. MIGRAPHX_EP_ATTENTION_MIN_BLOCKS changes it (0: fuse whatever the kernel can run, as
+# the tests of the fusion itself do).
 MIN_BLOCKS = 128
 
 

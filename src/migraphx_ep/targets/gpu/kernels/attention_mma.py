@@ -24,6 +24,7 @@ compiling this source with a shim (how it is tested), they fall back to plain lo
 ``mx_mma`` swaps the fragments through shared memory and multiplies them in float: the same layouts,
 slowly.
 """
+
 from __future__ import annotations
 
 from ....ir.dtypes import DType
@@ -38,7 +39,8 @@ from .spec import KernelSpec
 BM = BN = 64  # query rows a block owns without a key split, keys a tile
 PAD = 8  # elements added to every shared row: 16 bytes, keeps vector stores aligned
 # Blocks of BM rows under which the warps split the keys in 4, and in 2 (key_warps). Measured on an H100
-# (.dev/attn.py: CUDA graphs of 50 launches, fp16, 12 heads, d 64), microseconds for splits 1 / 2 / 4:
+# (tools/attention_bench.py: CUDA graphs of 50 launches, fp16, 12 heads, d 64), microseconds for splits
+# 1 / 2 / 4:
 # seq 128 batch 1 (24 blocks) 9.1 / 7.4 / 6.0, GPT-2 causal batch 1 7.6 / 7.0 / 5.0, seq 384 batch 1
 # (72) 17.5 / 15.5 / 16.5, seq 128 batch 8 (192) 11.9 / 11.3 / 17.6, batch 32 (768) 31.7 / 34.4 / 48.5.
 SPLIT4_BELOW, SPLIT2_BELOW = 48, 264
