@@ -94,7 +94,8 @@ def main() -> None:
         by_kind[st.label.split()[0]] += ms
     print(
         f"run (copies+graph) median {np.median(ts) * 1e3:.3f} ms; graph only {np.median(gts) * 1e3:.3f} ms; "
-        f"sum of eager steps {per.sum():.3f} ms over {len(per)} steps"
+        f"sum of steps ({'each alone in a graph' if a.alone else 'eager'}) {per.sum():.3f} ms"
+        f" over {len(per)} steps"
     )
     print("by kind:", {k: round(v, 3) for k, v in sorted(by_kind.items(), key=lambda kv: -kv[1])})
     if a.ort:
