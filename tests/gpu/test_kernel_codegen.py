@@ -439,3 +439,21 @@ def test_signed_zero_constants_stay_apart() -> None:
     spec = K.pointwise_kernel("k_zeros", expr, [Shape(F, (8,))], Shape(F, (8,)))
     body = spec.source[spec.source.index("mx_elem(") :]
     assert body.count("mx_mul(") == 2, body[:600]
+
+
+def test_a_batch_of_one_and_of_seven_gather_with_one_source(monkeypatch) -> None:
+    """BERT's embedding gathers compiled again at the first batch above 1: a dim of length 1 had become
+    the digit 0 in the source. With run-time sizes it is walked like any other; with sizes baked into the
+    source (MIGRAPHX_EP_RUNTIME_SIZES=0) each size is its own source anyway."""
+    from migraphx_ep.targets.gpu.kernels.spec import canonical
+
+    def spec(b: int, s: int) -> K.KernelSpec:
+        data, ids = Shape(H, (30522, 768)), Shape(DType.int64_type, (b, s))
+        out = Shape(H, (b, s, 768))
+        return canonical(K.gather_kernel("k_gather", make_op("gather", axis=0), data, ids, out))
+
+    one, seven = spec(1, 128), spec(7, 396)
+    assert one.source == seven.source and one.args != seven.args
+    compile_spec(one)
+    monkeypatch.setenv("MIGRAPHX_EP_RUNTIME_SIZES", "0")
+    assert spec(1, 128).source != spec(7, 396).source

@@ -51,8 +51,12 @@ def raw_literal(value: float, t: DType) -> str:
 
 def out_digits(out: Shape, var: str, idx: str, p: Params | None = None) -> tuple[list[str], list[str]]:
     """C lines giving each logical output dim a digit ``o0..`` from ``var``, which walks ``out`` in
-    memory order (dims of length 1 get the digit 0); lens are run-time arguments when ``p`` is given."""
-    order = sorted((d for d in range(out.ndim()) if out.lens[d] != 1), key=lambda d: -out.strides[d])
+    memory order; lens are run-time arguments when ``p`` is given (and its sizes are), and then a dim
+    of length 1 is walked like any other: a batch of 1 and a batch of 7 take one source (BERT's
+    embedding gathers compiled again at the first batch above 1). With sizes in the source, dims of
+    length 1 get the digit 0."""
+    ones = p is not None and p.runtime
+    order = sorted((d for d in range(out.ndim()) if ones or out.lens[d] != 1), key=lambda d: -out.strides[d])
     lens = [out.lens[d] if p is None else p(out.lens[d]) for d in order]
     lines = decompose(var, lens, "q", idx)
     digits = [f"(({idx})0)"] * out.ndim()
