@@ -6,6 +6,8 @@ meaning, its body on the ref interpreter: tails, padding, masks, NaN rows, causa
 
 from __future__ import annotations
 
+import re
+
 import ml_dtypes
 import numpy as np
 import pytest
@@ -175,9 +177,12 @@ def test_few_blocks_split_the_keys_among_the_warps(b: int, s: int, split: int, g
     assert ("Os = reinterpret_cast<float*>(Ks)" in spec.source) == (split > 1)  # the partials' merge
 
 
-def test_a_bad_key_split_is_an_error_naming_it(monkeypatch) -> None:
-    monkeypatch.setenv("MIGRAPHX_EP_ATTENTION_KEY_WARPS", "3")
-    with pytest.raises(ValueError, match="MIGRAPHX_EP_ATTENTION_KEY_WARPS=3: 1, 2 or 4"):
+@pytest.mark.parametrize(
+    "bad,says", [("3", "=3: 1, 2 or 4"), ("abc", "='abc': expected an integer"), ("-1", "='-1': expected")]
+)
+def test_a_bad_key_split_is_an_error_naming_it(monkeypatch, bad: str, says: str) -> None:
+    monkeypatch.setenv("MIGRAPHX_EP_ATTENTION_KEY_WARPS", bad)
+    with pytest.raises(ValueError, match="MIGRAPHX_EP_ATTENTION_KEY_WARPS" + re.escape(says)):
         spec_of(fused_op(Chain(dtype=np.float16)))
 
 
