@@ -208,3 +208,39 @@ def test_tuple_results_fold_through_get_tuple_elem():
         return b.ret(b("add", x, b.lit(-np.sort(-A, axis=1)[:, :2])), tk)
 
     check_pass(PC, build, expected)
+
+
+TABLE = np.arange(40, dtype=np.float32).reshape(10, 4) / 7  # an embedding table: 10 rows of 4
+
+
+def _table_gather(index: np.ndarray):
+    def build():
+        b = Build()
+        x = b.param("x", [1, *index.shape, 4])
+        rows = b("gather", b.lit(TABLE), b("unsqueeze", b.lit(index, np.int64), axes=[0]), axis=0)
+        return b.ret(b("add", x, rows))
+
+    return build
+
+
+def test_gather_of_a_table_by_an_index_run_is_a_view():
+    # Position embeddings at range(sequence): a slice of the table, not a folded copy of its rows, so
+    # programs for two sequence lengths differ in the slice's end only (ep/shape_template.py).
+    def expected():
+        b = Build()
+        x = b.param("x", [1, 5, 4])
+        rows = b("reshape", b("slice", b.lit(TABLE), axes=[0], starts=[2], ends=[7]), dims=[1, 5, 4])
+        return b.ret(b("add", x, rows))
+
+    check_pass(PC, _table_gather(np.arange(2, 7)), expected)
+
+
+def test_gather_by_other_indices_still_folds():
+    for index in (np.array([0, 2, 3]), np.array([3, 2]), np.array([[0, 1], [1, 2]])):
+
+        def expected(index=index):
+            b = Build()
+            x = b.param("x", [1, *index.shape, 4])
+            return b.ret(b("add", x, b.lit(TABLE[index][None])))
+
+        check_pass(PC, _table_gather(index), expected)

@@ -13,6 +13,13 @@ when
   * its result is larger than 64 KiB and more than 4x the bytes its inputs really store (a skipped
     instruction stores nothing itself: it weighs what its inputs weigh).
 
+A gather of a stored table (rank >= 2) by a constant run of consecutive indices -- a transformer's
+position embeddings read at ``range(sequence)`` -- becomes a slice of the table (and a reshape), which
+stays a view instead of folding into a copy (so does any packed slice of a stored table that drops
+rows, and a reshape of one): a view costs nothing, and the program then differs between
+sequence lengths only in the slice's bounds (``ep/shape_template.py`` needs that), not in a literal
+holding other rows.
+
 Given the subgraph's ``WeightCache`` (``ir/weights.py``), a value computed from weights alone is taken
 from it when an earlier compile (another input shape) folded the same expression: the same literal
 object, so nothing is computed, copied or hashed again.
@@ -28,7 +35,7 @@ import numpy as np
 from ..ir.dtypes import DType
 from ..ir.instruction import Instruction
 from ..ir.module import Module
-from ..ir.operation import Literal, ModuleOp
+from ..ir.operation import Literal, ModuleOp, make_op
 from ..ir.shape import Shape
 from ..ir.weights import WeightCache, op_key
 from .manager import Pass
@@ -62,6 +69,25 @@ def _is_const(ins: Instruction, const: set[int]) -> bool:
     return all(id(i) in const for i in ins.inputs)
 
 
+_RESHAPES = frozenset({"reshape", "squeeze", "unsqueeze", "flatten"})
+
+
+def table_view(ins: Instruction, views: set[int]) -> bool:
+    """A packed slice of a stored table (rank >= 2) that drops rows, or a reshape of one: such a view
+    stays an instruction (see the docstring); ``views`` holds the ones already found."""
+    x = ins.inputs[0] if ins.inputs else None
+    if ins.op.name in _RESHAPES:
+        return x is not None and id(x) in views
+    return (
+        ins.op.name == "slice"
+        and x is not None
+        and x.is_literal()
+        and x.shape.ndim() >= 2
+        and ins.shape.elements() < x.shape.elements()
+        and ins.shape.standard()
+    )
+
+
 def too_big(ins: Instruction, weight: dict[int, int]) -> bool:
     """The size rule; ``weight``: bytes each constant input really stores (see ``propagate_constant``)."""
     s = ins.shape
@@ -71,6 +97,15 @@ def too_big(ins: Instruction, weight: dict[int, int]) -> bool:
         return True
     out = s.elements() * s.type_size()
     return out > MIN_BYTES and out > GROWTH * sum(weight[id(i)] for i in ins.inputs)
+
+
+def index_run(idx: np.ndarray) -> int | None:
+    """The first index when ``idx`` (flattened) is ``first, first + 1, ...``; None otherwise."""
+    flat = idx.reshape(-1)
+    if flat.size < 2 or flat.dtype.kind not in "iu" or int(flat[0]) < 0:
+        return None
+    first = int(flat[0])
+    return first if np.array_equal(flat, np.arange(first, first + flat.size, dtype=flat.dtype)) else None
 
 
 class _Values:
@@ -160,7 +195,46 @@ def propagate_constant(m: Module, weights: WeightCache | None = None) -> bool:
         else:
             m.remove_instruction(lit)
 
+    def as_view(ins: Instruction) -> bool:
+        """Turn a gather of a literal table by an index run into slice + reshape (see the docstring)."""
+        data, idx = ins.inputs
+        a = getattr(ins.op, "axis", 0) % max(data.shape.ndim(), 1)
+        if not data.is_literal() or data.shape.ndim() < 2 or any(n != 1 for n in data.shape.lens[:a]):
+            return False  # rows before the axis would make the slice strided: a reshape then copies
+        v = values.get(idx)
+        first = None if v is None else index_run(np.asarray(v))
+        if first is None or first + idx.shape.elements() > data.shape.lens[a]:
+            return False
+        sl = m.insert_instruction(
+            ins, make_op("slice", axes=[a], starts=[first], ends=[first + idx.shape.elements()]), [data]
+        )
+        view = m.insert_instruction(ins, make_op("reshape", dims=list(ins.shape.lens)), [sl])
+        if not replace_value(m, ins, view):
+            m.remove_instruction(view)
+            m.remove_instruction(sl)
+            return False
+        for new in (sl, view):  # constant, never a frontier literal, weighing what the table does
+            const.add(id(new))
+            views.add(id(new))
+            weight[id(new)] = weight[id(data)]
+            if weights is not None:
+                keys[id(new)] = weights.expression(
+                    op_key(new.op, new.shape), [keys[id(i)] for i in new.inputs]
+                )
+        return True
+
+    views: set[int] = set()  # slices of stored tables, and reshapes of them: views, never folded
     for ins in m:
+        if ins.op.name == "gather" and _is_const(ins, const) and as_view(ins):
+            changed = True
+            continue
+        if _is_const(ins, const) and table_view(ins, views):
+            const.add(id(ins))
+            views.add(id(ins))
+            weight[id(ins)] = weight[id(ins.inputs[0])]
+            if weights is not None:
+                keys[id(ins)] = weights.expression(op_key(ins.op, ins.shape), [keys[id(ins.inputs[0])]])
+            continue
         if _is_const(ins, const):
             const.add(id(ins))
             if weights is not None:
