@@ -24,6 +24,9 @@ class CompileOptions:
     # The program's ``weights`` (``Program.compile`` passes them): what the passes, the lowering and
     # the executable may share with the other compiles of the same subgraph. Not an option as such.
     weights: WeightCache | None = field(default=None, compare=False, repr=False)
+    # The program is already optimised (an instantiated shape template, ep/shape_template.py): the
+    # target lowers it without running its passes again.
+    optimised: bool = False
 
 
 class Executable(Protocol):
@@ -77,11 +80,18 @@ class Program:
 
     # -- compile and run ------------------------------------------------------------------------
     def compile(
-        self, t: Target, offload_copy: bool = True, fast_math: bool = True, exhaustive_tune: bool = False
+        self,
+        t: Target,
+        offload_copy: bool = True,
+        fast_math: bool = True,
+        exhaustive_tune: bool = False,
+        optimised: bool = False,
     ) -> None:
+        """``optimised``: the target's passes already ran on this program (see ``CompileOptions``)."""
         if self._exe is not None:
             raise RuntimeError("program is already compiled")
-        self._exe = t.compile(self, CompileOptions(offload_copy, fast_math, exhaustive_tune, self.weights))
+        options = CompileOptions(offload_copy, fast_math, exhaustive_tune, self.weights, optimised)
+        self._exe = t.compile(self, options)
         self.target_name = t.name
 
     def run_numpy(self, params: Mapping[str, Any], borrow_outputs: bool = False) -> list[np.ndarray]:

@@ -29,9 +29,10 @@ class RefTarget:
         return ref_pipeline(options.weights)
 
     def compile(self, prog: Program, options: CompileOptions) -> RefExecutable:
-        passes = self.get_passes(options)
-        for m in prog.modules.values():
-            run_passes(m, passes)
+        if not options.optimised:
+            passes = self.get_passes(options)
+            for m in prog.modules.values():
+                run_passes(m, passes)
         return RefExecutable(prog)
 
     def __repr__(self) -> str:

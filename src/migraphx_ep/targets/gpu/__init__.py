@@ -86,7 +86,7 @@ class GpuTarget:
         from .lowering import lower
         from .runtime_dims import padded_inputs
 
-        if artifacts is None:
+        if artifacts is None and not options.optimised:
             from .fuse import adopt_submodules
 
             for m in list(prog.modules.values()):
