@@ -188,6 +188,11 @@ def run_system(
         # NVRTC inside the calls (the critical path), and in all after the first call (background too)
         rec["nvrtc_compiles_after_first"] = nvrtc_after_first
         rec["nvrtc_compiles_after_first_all"] = counters() - nvrtc_first
+        # Never-seen shapes instantiated from a shape template (ep/shape_template.py): no parse, no passes
+        from migraphx_ep.ep.shape_template import STATS
+
+        rec["template_instantiated"] = STATS["instantiated"]
+        rec["templates_fitted_dropped"] = [STATS["fitted"], STATS["dropped"]]
         # Per never-seen shape: the seconds of each compile stage (parse, passes, nvrtc, library...).
         per = max(1, len(new_ms))
         rec["new_shape_stage_ms"] = {n: round(1e3 * s / per, 2) for n, s, _ in stages.rows() if s}

@@ -33,6 +33,7 @@ from .gc_pause import gc_paused
 from .options import EpOptions
 from .progress import compile_progress
 from .runtime_dims import RuntimeDims, candidates, other_size, prove, with_free_axes
+from .shape_template import TemplateCompiles, Templates, templates_enabled
 from .subgraphs import EP_NAME
 
 log = logging.getLogger("migraphx_ep")
@@ -53,7 +54,7 @@ def _owned(graph: dict) -> dict:
     return dict(graph)
 
 
-class CompiledSubgraph(BackgroundCompiles):
+class CompiledSubgraph(BackgroundCompiles, TemplateCompiles):
     def __init__(
         self,
         graph: dict,
@@ -63,6 +64,7 @@ class CompiledSubgraph(BackgroundCompiles):
         store: ProgramStore | None = None,
         target: str = "ref",
         programs: Mapping[ShapeKey, Program] | None = None,
+        compile_optimised: Callable[[Program, EpOptions, str], None] | None = None,
     ) -> None:
         self.name = name
         self.options = options
@@ -94,6 +96,9 @@ class CompiledSubgraph(BackgroundCompiles):
         self.padded = target == "gpu"
         # A batch size served by a larger batch's program while its own compiles (ep/batch_serve.py).
         self.rows: BatchServing | None = None
+        # A never-seen shape instantiated from the optimised programs of others (ep/shape_template.py).
+        self.templates: Templates | None = None
+        self._compile_optimised = compile_optimised
         # An EPContext node (ep/epcontext.py): its programs were compiled earlier and loaded; the graph
         # holds nothing to parse, so a shape without a program is an error rather than a compile.
         self.frozen = programs is not None
@@ -110,6 +115,8 @@ class CompiledSubgraph(BackgroundCompiles):
         if target in ("ref", "gpu") and os.environ.get("MIGRAPHX_EP_RUNTIME_DIMS", "1") not in ("", "0"):
             self.runtime = candidates(self.graph)
             self._runtime_pending = bool(self.runtime)
+        if compile_optimised is not None and not self.value_inputs and templates_enabled(target):
+            self.templates = Templates(self.input_names, self.input_dims)
         batch = batch_inputs(self.graph) if batch_rows_enabled(target) else []
         # Two programs at least: a capacity and a size of its own (with one, each would evict the other).
         if batch and not self.value_inputs and not self.runtime and options.max_compiled_models >= 2:
@@ -164,15 +171,20 @@ class CompiledSubgraph(BackgroundCompiles):
             library_picks(quick),
             self._progress(f"{EP_NAME}: {self.name}, inputs {inputs}", times),
         ):
-            parsed = parse_graph(
-                self.graph, shapes, specialize=True, input_values=values, runtime_dims=runtime,
-                weights=self.weights,
-            )  # fmt: skip
-            prog = parsed.program
-            self._compile_program(prog, self.options, parsed.values)
+            prog = self._instantiate(dims) if not values and not runtime else None
+            how = "instantiated from a shape template" if prog is not None else "compiled"
+            if prog is None:
+                parsed = parse_graph(
+                    self.graph, shapes, specialize=True, input_values=values, runtime_dims=runtime,
+                    weights=self.weights,
+                )  # fmt: skip
+                prog = parsed.program
+                self._compile_program(prog, self.options, parsed.values)
+                if self.templates is not None and not values and not runtime:
+                    self._learn(dims, prog)
         prog.quick_picks = quick  # type: ignore[attr-defined]
         self.compiles += 1
-        log.info("%s: compiled for %s, inputs %s, in %s", EP_NAME, prog.target_name, inputs, times.summary())
+        log.info("%s: %s for %s, inputs %s, in %s", EP_NAME, how, prog.target_name, inputs, times.summary())
         if pkey is not None and not quick:
             self.store.store(pkey, prog, self.name)  # type: ignore[union-attr]
         return prog

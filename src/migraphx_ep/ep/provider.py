@@ -164,6 +164,12 @@ class MIGraphXEp:
                 target = get_target("ref")
         prog.compile(target, exhaustive_tune=options.exhaustive_tune)
 
+    def compile_optimised(self, prog: Program, options: EpOptions, target_name: str) -> None:
+        """Lower a program whose passes already ran (an instantiated shape template) for the target
+        its template's programs were compiled for."""
+        target = self.target() if target_name == self.target_name else get_target(target_name)
+        prog.compile(target, exhaustive_tune=options.exhaustive_tune, optimised=True)
+
     def _quantize(self, prog: Program, options: EpOptions, tensors: Mapping[str, Instruction] | None) -> None:
         if self.calibration is not None:
             # Before fp16/bf16, as the real EP: the scales belong to the model's float tensors.
@@ -198,7 +204,13 @@ class MIGraphXEp:
         graph = expand_fused(graph, self.fused_graphs)
         self.fused_graphs[fused_node_name] = graph
         return CompiledSubgraph(
-            graph, fused_node_name, self.options, self.compile_program, self.store, self.target_name
+            graph,
+            fused_node_name,
+            self.options,
+            self.compile_program,
+            self.store,
+            self.target_name,
+            compile_optimised=self.compile_optimised,
         )
 
     def ep_context(self, compiled: CompiledSubgraph, fused_node_name: str) -> dict:

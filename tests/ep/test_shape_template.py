@@ -1,0 +1,190 @@
+"""Shape templates (ep/shape_template.py): a never-seen input shape instantiates the optimised program
+fitted to the programs of earlier shapes -- no parse, no passes -- and gets exactly the program (and, on
+the gpu target, the lowered steps and kernel sources) a full compile would give."""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+
+from migraphx_ep.ep.provider import create_ep
+from migraphx_ep.ep.shape_fit import Fitter, NoTemplate, NotInstantiable, affine, stride_products
+from migraphx_ep.ep.shape_template import Templates, flatten
+from migraphx_ep.frontend.graph import model_to_dict
+from migraphx_ep.frontend.parser import parse_graph
+from migraphx_ep.ir.dtypes import from_onnx
+from migraphx_ep.ir.operation import Literal
+from migraphx_ep.ir.shape import Shape
+from migraphx_ep.ir.weights import WeightCache
+from migraphx_ep.passes import run_passes
+from migraphx_ep.passes.pipelines import ref_pipeline
+from migraphx_ep.targets.gpu.decompose import gpu_pipeline
+from migraphx_ep.targets.gpu.fuse import adopt_submodules
+from migraphx_ep.targets.gpu.kernels.spec import canonical
+from migraphx_ep.targets.gpu.lowering import lower
+from migraphx_ep.targets.gpu.steps import KernelStep
+from migraphx_ep.targets.ref import RefExecutable
+
+MODELS = os.path.join(os.path.dirname(os.path.dirname(__file__)), "models")
+EP = "MIGraphXExecutionProvider"
+# (batch, sequence): five programs over-determine a fit in both (1, b, s, b*s); then never-seen ones.
+SEEN = [(2, 8), (3, 5), (2, 13), (4, 9), (3, 16)]
+NEW = [(5, 7), (2, 21), (6, 3)]
+
+
+# -- the fits ------------------------------------------------------------------------------------------
+def test_sizes_fit_exactly_over_the_varying_dims():
+    dims = [{"b": b, "s": s} for b, s in SEEN]
+    f = Fitter(dims, ["b", "s"])
+    assert f.fit([7] * 5) == 7
+    for rule in (lambda b, s: s, lambda b, s: b * s * 12, lambda b, s: 3 * b + s + 1):
+        poly = f.fit([rule(d["b"], d["s"]) for d in dims])
+        assert all(poly.at({"b": b, "s": s}) == rule(b, s) for b, s in NEW)
+    half = Fitter([{"s": s} for s in (64, 96, 224)], ["s"]).fit([32, 48, 112])
+    assert half.at({"s": 320}) == 160
+    with pytest.raises(NotInstantiable, match="not whole"):
+        half.at({"s": 33})
+    with pytest.raises(NoTemplate, match="no polynomial"):
+        f.fit([s * s for _, s in SEEN])  # a square is no product of distinct dims
+    with pytest.raises(NoTemplate, match="too few"):
+        Fitter(dims[:4], ["b", "s"]).fit([s for _, s in SEEN[:4]])  # exactly determined: unchecked
+
+
+def test_constants_that_vary_are_affine_in_their_index():
+    assert affine(np.arange(6).reshape(1, 6)) == (0, [None, 1])
+    assert affine(np.arange(2 * 6).reshape(2, 1, 1, 6)) == (0, [6, None, None, 1])  # a flattened range
+    assert affine(np.ones((1, 1, 5, 1), bool)) == (1, [None, None, 0, None])
+    assert affine(np.full((3, 2), -0.5, np.float32)) == (-0.5, [0, 0])
+    assert affine(np.array([0, 1, 3])) is None
+    assert affine(np.array([0.0, 1.0])) is None  # floats: one value everywhere, or nothing
+
+
+def test_strides_of_views_are_products_of_sizes():
+    # attention scores (b, h, s, s) transposed to (b, s, h, s): strides need s*s, no linear size
+    views = []
+    for s in (5, 9, 16):
+        lens = [2, s, 4, s]
+        views.append({"lens": lens, "strides": [4 * s * s, s, s * s, 1]})
+    products = stride_products(views)
+    assert products is not None
+    for s in (7, 30):  # sizes never seen
+        lens = [2, s, 4, s]
+        assert [c * int(np.prod([lens[j] for j in axes])) for axes, c in products] == [4 * s * s, s, s * s, 1]
+    assert stride_products([{"lens": [3], "strides": [5]}, {"lens": [4], "strides": [7]}]) is None
+
+
+# -- programs ------------------------------------------------------------------------------------------
+def optimised(graph: dict, b: int, s: int, cache: WeightCache, gpu: bool):
+    shapes = {}
+    for n in graph["inputs"]:
+        info = graph["values"][n]
+        lens = [{"batch": b, "sequence": s}.get(d, d) for d in info["shape"]]
+        shapes[n] = Shape(from_onnx(info["dtype"]), lens)
+    prog = parse_graph(graph, shapes, specialize=True, weights=cache).program
+    for m in prog.modules.values():
+        run_passes(m, gpu_pipeline(cache, True, True) if gpu else ref_pipeline(cache))
+    if gpu:
+        adopt_submodules(prog)
+    return prog
+
+
+def fitted(name: str, gpu: bool):
+    graph = model_to_dict(onnx.load(os.path.join(MODELS, name)))
+    cache = WeightCache()
+    templates = Templates(list(graph["inputs"]), [graph["values"][n]["shape"] for n in graph["inputs"]])
+    for b, s in SEEN:
+        templates.add({"batch": b, "sequence": s}, optimised(graph, b, s, cache, gpu), "t")
+    t = templates.find({"batch": 9, "sequence": 9})
+    assert t is not None and t.vary == ("batch", "sequence") and not t.fixed
+    return graph, cache, templates, t
+
+
+def feeds(graph: dict, b: int, s: int) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(b * 100 + s)
+    out = {}
+    for n in graph["inputs"]:
+        top = 2 if "type" in n else (2 if "mask" in n else 100)
+        out[n] = rng.integers(0, top, (b, s)).astype(np.int64)
+    return out
+
+
+@pytest.mark.parametrize("model", ["bert.onnx", "gpt2.onnx"])
+def test_an_instantiated_program_is_the_full_compile(model):
+    graph, cache, _, t = fitted(model, gpu=False)
+    for b, s in NEW:
+        inst = t.instantiate({"batch": b, "sequence": s})
+        full = optimised(graph, b, s, cache, gpu=False)
+        assert t.disagrees(flatten({"batch": b, "sequence": s}, full)) is None
+        x = feeds(graph, b, s)
+        got, want = RefExecutable(inst).run(dict(x)), RefExecutable(full).run(dict(x))
+        assert all(np.array_equal(g, w) for g, w in zip(got, want, strict=True))
+
+
+def _steps(prog, cache) -> tuple[list[str], set[str]]:
+    low = lower(prog.get_main_module(), True, True, weights=cache)
+    text = [re.sub(r" at 0x[0-9a-f]+", "", str(s)) for s in low.steps]
+    return text, {canonical(s.spec).source for s in low.steps if isinstance(s, KernelStep)}
+
+
+def test_on_the_gpu_target_it_lowers_to_the_full_compile_and_compiles_no_kernel():
+    # Codegen level, no GPU: the same steps, and only kernel sources the earlier shapes compiled.
+    graph, cache, _, t = fitted("bert_fp16.onnx", gpu=True)
+    seen: set[str] = set()
+    for b, s in SEEN[1:]:
+        seen |= _steps(optimised(graph, b, s, cache, gpu=True), cache)[1]
+    for b, s in NEW:
+        steps, sources = _steps(t.instantiate({"batch": b, "sequence": s}), cache)
+        assert steps == _steps(optimised(graph, b, s, cache, gpu=True), cache)[0]
+        assert sources <= seen, f"{len(sources - seen)} new kernel sources at {(b, s)}"
+
+
+def is_index_range(ins) -> bool:
+    return ins.is_literal() and ins.op.value.dtype == np.int64 and ins.op.value.size > 7
+
+
+def test_a_full_compile_that_disagrees_drops_the_template(caplog):
+    graph, cache, templates, t = fitted("bert.onnx", gpu=False)
+    full = optimised(graph, 5, 7, cache, gpu=False)
+    m = full.get_main_module()
+    lit = next(i for i in m.instructions if is_index_range(i))
+    m.replace_instruction(lit, Literal(np.zeros_like(lit.op.value)), [])
+    assert "a constant differs" in t.disagrees(flatten({"batch": 5, "sequence": 7}, full))
+    with caplog.at_level(logging.WARNING, logger="migraphx_ep"):
+        templates.add({"batch": 5, "sequence": 7}, full, "t")
+    assert "shape template dropped" in caplog.text and templates.dropped == 1
+    assert templates.find({"batch": 5, "sequence": 7}) is None
+
+
+def test_dims_of_a_key_name_each_symbolic_axis_once():
+    templates = Templates(["a", "b", "c"], [["n", 4], ["n", None], [3]])
+    assert templates.dims([[2, 4], [2, 7], [3]]) == {"n": 2, "b:1": 7}
+    assert templates.dims([[2, 4], [3, 7], [3]]) is None  # one dim, two sizes
+
+
+# -- through ONNX Runtime --------------------------------------------------------------------------
+def test_never_seen_shapes_are_instantiated_through_ort(monkeypatch, caplog):
+    monkeypatch.setenv("MIGRAPHX_EP_SHAPE_TEMPLATES", "1")  # the ref target parses every shape by default
+    graph = model_to_dict(onnx.load(os.path.join(MODELS, "bert.onnx")))
+    c = create_ep({"migraphx_target": "ref"}).compile(graph, "fused_0")
+    cpu = ort.InferenceSession(os.path.join(MODELS, "bert.onnx"), providers=["CPUExecutionProvider"])
+    with caplog.at_level(logging.INFO, logger="migraphx_ep"):
+        for b, s in SEEN + NEW:
+            x = feeds(graph, b, s)
+            got = c.run([x[n] for n in c.input_names])
+            want = cpu.run(None, {i.name: x[i.name] for i in cpu.get_inputs()})
+            np.testing.assert_allclose(got[0], want[0], rtol=1e-5, atol=1e-5)
+    assert c.templates is not None and c.templates.served == len(NEW)
+    assert caplog.text.count("instantiated from a shape template for ref") == len(NEW)
+
+
+def test_switched_off_and_on_by_target(monkeypatch):
+    graph = model_to_dict(onnx.load(os.path.join(MODELS, "bert.onnx")))
+    assert create_ep({"migraphx_target": "ref"}).compile(graph, "f").templates is None
+    monkeypatch.setenv("MIGRAPHX_EP_SHAPE_TEMPLATES", "1")
+    assert create_ep({"migraphx_target": "ref"}).compile(graph, "f").templates is not None
