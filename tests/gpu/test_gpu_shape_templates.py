@@ -1,0 +1,56 @@
+"""Shape templates on the GPU (ep/shape_template.py, on by default for the gpu target): once five
+sequence lengths compiled, a never-seen one is instantiated -- no parse, no passes, no NVRTC compile --
+and answers as ORT's CPU EP does, with numpy feeds and after its timed program replaced it."""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+
+import migraphx_ep  # noqa: F401 - registers and routes the EP
+from migraphx_ep.ep.background import wait_for_compiles
+from migraphx_ep.targets.gpu import nvrtc
+from test_models_ep import MODELS, feeds_for
+
+pytestmark = pytest.mark.gpu
+
+EP = "MIGraphXExecutionProvider"
+GPU = {"migraphx_target": "gpu", "migraphx_tf32_enable": "0"}
+SEEN = [(2, 8), (3, 5), (2, 13), (4, 9), (3, 16)]  # (batch, sequence): they over-determine the fit
+NEW = [(3, 7), (2, 11), (4, 14), (2, 6)]
+
+
+def _close(got: list[np.ndarray], want: list[np.ndarray]) -> None:
+    for g, w in zip(got, want, strict=True):
+        assert g.shape == w.shape and g.dtype == w.dtype
+        tol = 2e-2 if w.dtype == np.float16 else 1e-4
+        np.testing.assert_allclose(g, w, rtol=tol, atol=tol * float(np.abs(w).max()))
+
+
+@pytest.mark.parametrize("name", ["bert", "bert_fp16", "gpt2_fp16"])
+def test_never_seen_sequences_are_instantiated(name, monkeypatch, recording):
+    monkeypatch.setenv("MIGRAPHX_EP_BATCH_ROWS", "0")  # every (batch, sequence) is a program of its own
+    model = onnx.load(os.path.join(MODELS, f"{name}.onnx"))
+    blob = model.SerializeToString()
+    sess = ort.InferenceSession(blob, providers=[(EP, GPU), "CPUExecutionProvider"])
+    cpu = ort.InferenceSession(blob, providers=["CPUExecutionProvider"])
+    for b, s in SEEN:
+        f = feeds_for(model, batch=b, seq=s, seed=s)
+        _close(sess.run(None, f), cpu.run(None, f))
+    (sub,) = [c for c in recording.eps[-1].compiled if c.templates is not None]
+    assert sub.templates.templates, "five programs of one structure fit a template"
+    compiled = nvrtc.compile_count()
+    for b, s in NEW:
+        f = feeds_for(model, batch=b, seq=s, seed=s)
+        _close(sess.run(None, f), cpu.run(None, f))
+    assert sub.templates.served == len(NEW)
+    assert nvrtc.compile_count() == compiled, "a never-seen shape compiled kernels"
+    wait_for_compiles()  # the timed programs replace the quick ones, and check the template
+    assert sub.templates.dropped == 0
+    for b, s in NEW:
+        f = feeds_for(model, batch=b, seq=s, seed=s + 1)
+        _close(sess.run(None, f), cpu.run(None, f))
