@@ -192,6 +192,7 @@ def run_system(
         from migraphx_ep.ep.shape_template import STATS
 
         rec["template_instantiated"] = STATS["instantiated"]
+        rec["template_instantiated_background"] = STATS["background"]
         rec["templates_fitted_dropped"] = [STATS["fitted"], STATS["dropped"]]
         # Per never-seen shape: the seconds of each compile stage (parse, passes, nvrtc, library...).
         per = max(1, len(new_ms))

@@ -183,6 +183,33 @@ def test_never_seen_shapes_are_instantiated_through_ort(monkeypatch, caplog):
     assert caplog.text.count("instantiated from a shape template for ref") == len(NEW)
 
 
+def test_background_compiles_check_a_template_then_instantiate(monkeypatch):
+    # Quick picks on the ref target: each served shape compiles again in the background. The first
+    # CHECKS of those are full compiles that must agree with the template; the rest instantiate too.
+    from migraphx_ep.ep import background_compiles, shape_template
+    from migraphx_ep.ep.background import wait_for_compiles
+
+    monkeypatch.setenv("MIGRAPHX_EP_SHAPE_TEMPLATES", "1")
+    monkeypatch.setenv("MIGRAPHX_EP_QUICK_PICKS", "1")
+    monkeypatch.setattr(background_compiles, "QUIET_S", 0.0)
+    graph = model_to_dict(onnx.load(os.path.join(MODELS, "bert.onnx")))
+    c = create_ep({"migraphx_target": "ref"}).compile(graph, "fused_0")
+    before = dict(shape_template.STATS)
+    for b, s in SEEN:
+        c.run([feeds(graph, b, s)[n] for n in c.input_names])
+        wait_for_compiles()  # their timed programs: full compiles, before any template
+    extra = [(2, 4), (3, 12), (4, 6)]
+    for b, s in NEW + extra:
+        c.run([feeds(graph, b, s)[n] for n in c.input_names])
+    wait_for_compiles()
+    (t,) = c.templates.templates.values()  # type: ignore[union-attr]
+    assert c.templates.served == len(NEW + extra) and c.templates.dropped == 0  # type: ignore[union-attr]
+    assert t.agreed == shape_template.CHECKS
+    background = shape_template.STATS["background"] - before["background"]
+    # The fifth seen shape's timed compile, the first after the fit, was the first check.
+    assert background == len(NEW + extra) + 1 - shape_template.CHECKS
+
+
 def test_switched_off_and_on_by_target(monkeypatch):
     graph = model_to_dict(onnx.load(os.path.join(MODELS, "bert.onnx")))
     assert create_ep({"migraphx_target": "ref"}).compile(graph, "f").templates is None

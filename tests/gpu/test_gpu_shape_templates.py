@@ -51,6 +51,7 @@ def test_never_seen_sequences_are_instantiated(name, monkeypatch, recording):
     assert nvrtc.compile_count() == compiled, "a never-seen shape compiled kernels"
     wait_for_compiles()  # the timed programs replace the quick ones, and check the template
     assert sub.templates.dropped == 0
+    assert any(t.agreed for t in sub.templates.templates.values()), "no full compile checked it"
     for b, s in NEW:
         f = feeds_for(model, batch=b, seq=s, seed=s + 1)
         _close(sess.run(None, f), cpu.run(None, f))

@@ -55,8 +55,12 @@ log = logging.getLogger("migraphx_ep")
 
 
 MAX_POINTS = 12  # programs kept per group while no template fits (the newest)
-# The process's counts (benchmarks read them): programs instantiated, templates fitted and dropped.
-STATS = {"instantiated": 0, "fitted": 0, "dropped": 0}
+# Full compiles of shapes a template served that must agree with it before the background's timed
+# compiles instantiate too (until then each one parses and runs the passes, to check the template).
+CHECKS = 3
+# The process's counts (benchmarks read them): programs instantiated on a Run's critical path and on
+# the background thread, templates fitted and dropped.
+STATS = {"instantiated": 0, "background": 0, "fitted": 0, "dropped": 0}
 
 __all__ = [
     "NoTemplate",
@@ -127,6 +131,7 @@ class Template:
         self.order = ref.order
         self.target = ref.target
         self.weights, self.derived = ref.weights, ref.derived
+        self.agreed = 0  # full compiles of shapes it covers that gave its program
         fitter = Fitter([p.dims for p in points], vary)
         self.modules: dict[str, list[tuple[Any, tuple[int, ...], tuple[str, ...]]]] = {}
         # Repeated layers repeat their ops: one fitted op per distinct (name, attributes), made once
@@ -274,6 +279,7 @@ class Templates:
         if t is not None and t.covers(dims):
             why = t.disagrees(point)
             if why is None:
+                t.agreed += 1
                 return
             self.dropped += 1
             STATS["dropped"] += 1
@@ -284,6 +290,8 @@ class Templates:
         if sig in self.failed:
             return
         group = self.groups.setdefault(sig, [])
+        if any(p.dims == dims for p in group):
+            return  # compiled again (the timed program): it pins nothing down that its first did not
         group.append(point)
         del group[:-MAX_POINTS]
         vary = [d for d in dims if len({p.dims[d] for p in group}) > 1]
@@ -321,12 +329,13 @@ class TemplateCompiles:
 
     def _instantiate(self, dims: Sequence[Sequence[int]]) -> Program | None:
         """The program for ``dims`` from a shape template, lowered (no parse, no passes); None when no
-        template covers them, or on a background thread (whose full compiles check the templates)."""
-        if self.templates is None or self._compile_optimised is None or BACKGROUND.on_thread():
+        template covers them, or on a background thread until ``CHECKS`` of its full compiles of served
+        shapes agreed with the template (they are what checks it)."""
+        if self.templates is None or self._compile_optimised is None:
             return None
         tdims = self.templates.dims(dims)
         t = self.templates.find(tdims) if tdims is not None else None
-        if t is None:
+        if t is None or (BACKGROUND.on_thread() and t.agreed < CHECKS):
             return None
         with stage("template"):
             try:
@@ -338,8 +347,11 @@ class TemplateCompiles:
                 self._templates_failed("instantiating")
                 return None
         self._compile_optimised(prog, self.options, t.target)  # type: ignore[arg-type]
-        self.templates.served += 1
-        STATS["instantiated"] += 1
+        if BACKGROUND.on_thread():
+            STATS["background"] += 1
+        else:
+            self.templates.served += 1
+            STATS["instantiated"] += 1
         return prog
 
     def _templates_failed(self, doing: str) -> None:
