@@ -185,12 +185,7 @@ class Template:
                         shape = op.compute_shape(shapes)
                 except Exception as e:  # noqa: BLE001 - any op's refusal: this shape compiles instead
                     raise NotInstantiable(f"{op.name} at {dims}: {e}") from e
-                ins = Instruction(op, args, shape, subs)
-                ins.module = m
-                for a in args:
-                    a.outputs.append(ins)
-                m.instructions.append(ins)
-                built.append(ins)
+                built.append(m.append_computed(op, args, shape, subs))
         prog.weights = self.weights
         prog.derived_weights = list(self.derived)
         return prog

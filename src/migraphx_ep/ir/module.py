@@ -47,6 +47,18 @@ class Module:
             a.outputs.append(ins)
         return ins
 
+    def append_computed(
+        self, op: Op, args: Sequence[Instruction], shape: Shape, mods: Sequence[Module] = ()
+    ) -> Instruction:
+        """Append an instruction whose ``shape`` the caller computed (and checked) from ``args``:
+        loaders that rebuild a whole module in order (``.mxr`` files, shape templates)."""
+        ins = Instruction(op, args, shape, mods)
+        ins.module = self
+        for a in args:
+            a.outputs.append(ins)
+        self.instructions.append(ins)
+        return ins
+
     def add_instruction(
         self, op: Op, args: Sequence[Instruction] = (), mod_args: Sequence[Module] = ()
     ) -> Instruction:

@@ -186,12 +186,7 @@ def _fill_module(prog: Program, m: Module, spec: dict, weights: list[np.ndarray]
                 f"{where}: computes {shape} but the file says {stored} "
                 "(written by a build with different op semantics?)",
             )
-        ins = Instruction(op, args, shape, mods)
-        ins.module = m
-        for a in args:
-            a.outputs.append(ins)
-        m.instructions.append(ins)
-        built.append(ins)
+        built.append(m.append_computed(op, args, shape, mods))
 
 
 def decode_program(
