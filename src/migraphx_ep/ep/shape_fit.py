@@ -74,11 +74,12 @@ class Fitter:
             self._solvers[rows] = np.linalg.pinv(a) if ok else None
         return self._solvers[rows]
 
-    def fit(self, values: Sequence[int | None]) -> Poly | int:  # (or None: see below)
-        """``values[i]`` at program i (None: not determined there); an int when it never varies."""
+    def fit(self, values: Sequence[int | None]) -> Poly | int | None:
+        """``values[i]`` at program i (None: not determined there); an int when it never varies; None
+        when no program determines it (a constant's step along an axis of length 1 everywhere)."""
         rows = tuple(i for i, v in enumerate(values) if v is not None)
         if not rows:
-            return None  # type: ignore[return-value] - never determined (a step along length-1 axes)
+            return None
         seen = {values[i] for i in rows}
         if len(seen) == 1:
             return seen.pop()  # type: ignore[return-value]

@@ -7,20 +7,23 @@ small constants (index ranges, masks of ones). A *template* is the optimised pro
 number written as a function of the input dims that vary, so a new shape is a substitution: no parse and
 no passes, only lowering and what follows it.
 
-``Points`` collects the optimised programs compiled for real shapes. Programs with the same structure
+``Templates`` collects the optimised programs compiled for real shapes. Programs with the same structure
 (ops, wiring, submodules) form a group; a template is fitted to a group once it holds more programs than
 the fit has unknowns, so every fit is checked on at least one program it was not needed for:
   * a number that varies is a polynomial with rational coefficients, linear in each varying dim
     (``3``, ``s``, ``b*s``, ``s/2``: monomials over subsets of the dims), fitted exactly;
-  * a constant that varies is either one value everywhere, or (integers) an affine function of the
-    element's index (``arange``, a flattened range): its start and steps are fitted in turn;
-  * a shape's strides are the packed ones at every program, or fitted like any number.
+  * a constant that varies is either one value everywhere, (integers) an affine function of the
+    element's index (``arange``, a flattened range), or a band over its last two axes (a causal
+    mask): its start and steps, or its diagonal, are fitted in turn;
+  * a shape's strides are the packed ones at every program, products of its sizes (``s*s`` for a
+    transposed view of attention scores), or fitted like any number.
 Anything else (a float that varies, a list whose length varies, a constant of another kind) means no
 template for that group; shapes then compile as before. A substitution must give whole, non-negative
 numbers, and each instruction's shape is computed by its op again, so a dim the fit does not reach fails
 loudly (``NotInstantiable``) and compiles instead. As with ``batch_rows`` and ``runtime_dims``, agreement
-at the sampled sizes stands for all sizes; a full compile of a shape the template served (the timed
-recompile in the background) is compared with it, and a disagreement drops the template.
+at the sampled sizes stands for all sizes; the full compiles of the first ``CHECKS`` shapes the
+template served (the timed recompiles in the background) are compared with it, and a disagreement
+drops the template.
 """
 
 from __future__ import annotations
@@ -52,7 +55,6 @@ from .shape_fit import (
 )
 
 log = logging.getLogger("migraphx_ep")
-
 
 MAX_POINTS = 12  # programs kept per group while no template fits (the newest)
 # Full compiles of shapes a template served that must agree with it before the background's timed
