@@ -65,6 +65,8 @@ class Fitter:
         self.dims = list(dims)
         self.monomials = [m for r in range(len(vary) + 1) for m in itertools.combinations(sorted(vary), r)]
         self._solvers: dict[tuple[int, ...], np.ndarray | None] = {}
+        # The same few sizes recur all over a program (every layer's sequence length): fit each once.
+        self._fits: dict[tuple[int | None, ...], Poly | int | None] = {}
 
     def _solver(self, rows: tuple[int, ...]) -> np.ndarray | None:
         """The pseudo-inverse over programs ``rows``; None unless they over-determine the fit."""
@@ -77,6 +79,12 @@ class Fitter:
     def fit(self, values: Sequence[int | None]) -> Poly | int | None:
         """``values[i]`` at program i (None: not determined there); an int when it never varies; None
         when no program determines it (a constant's step along an axis of length 1 everywhere)."""
+        key = tuple(values)
+        if key not in self._fits:
+            self._fits[key] = self._fit(key)
+        return self._fits[key]
+
+    def _fit(self, values: tuple[int | None, ...]) -> Poly | int | None:
         rows = tuple(i for i, v in enumerate(values) if v is not None)
         if not rows:
             return None
