@@ -215,3 +215,10 @@ def test_switched_off_and_on_by_target(monkeypatch):
     assert create_ep({"migraphx_target": "ref"}).compile(graph, "f").templates is None
     monkeypatch.setenv("MIGRAPHX_EP_SHAPE_TEMPLATES", "1")
     assert create_ep({"migraphx_target": "ref"}).compile(graph, "f").templates is not None
+
+
+def test_a_bad_switch_value_is_an_error_naming_it(monkeypatch):
+    monkeypatch.setenv("MIGRAPHX_EP_SHAPE_TEMPLATES", "yes")
+    graph = model_to_dict(onnx.load(os.path.join(MODELS, "bert.onnx")))
+    with pytest.raises(ValueError, match="MIGRAPHX_EP_SHAPE_TEMPLATES='yes'"):
+        create_ep({"migraphx_target": "ref"}).compile(graph, "f")

@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import os
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -39,6 +38,7 @@ from ..ir.module import Module
 from ..ir.operation import Literal, ModuleOp, Op, make_op
 from ..ir.program import Program
 from ..mxr.codec import _decode_value, _encode_value, _module_order, _op_attributes
+from ..switches import env_choice
 from ..timing import stage
 from .background import BACKGROUND
 from .shape_fit import (
@@ -311,8 +311,8 @@ class Templates:
 def templates_enabled(target: str) -> bool:
     """Shape templates (ep/shape_template.py): on by default for the gpu target; the ref target, the
     oracle, parses every shape unless ``MIGRAPHX_EP_SHAPE_TEMPLATES=1`` asks otherwise."""
-    env = os.environ.get("MIGRAPHX_EP_SHAPE_TEMPLATES", "")
-    return env not in ("0",) and (env == "1" or target == "gpu")
+    flag = env_choice("MIGRAPHX_EP_SHAPE_TEMPLATES", "auto", ("auto", "0", "1"))
+    return flag == "1" or (flag == "auto" and target == "gpu")
 
 
 class TemplateCompiles:
