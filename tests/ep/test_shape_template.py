@@ -14,7 +14,14 @@ import onnxruntime as ort
 import pytest
 
 from migraphx_ep.ep.provider import create_ep
-from migraphx_ep.ep.shape_fit import Fitter, NoTemplate, NotInstantiable, affine, stride_products
+from migraphx_ep.ep.shape_fit import (
+    Fitter,
+    NoTemplate,
+    NotInstantiable,
+    TooFewPrograms,
+    affine,
+    stride_products,
+)
 from migraphx_ep.ep.shape_template import Templates, flatten
 from migraphx_ep.frontend.graph import model_to_dict
 from migraphx_ep.frontend.parser import parse_graph
@@ -52,7 +59,7 @@ def test_sizes_fit_exactly_over_the_varying_dims():
         half.at({"s": 33})
     with pytest.raises(NoTemplate, match="no polynomial"):
         f.fit([s * s for _, s in SEEN])  # a square is no product of distinct dims
-    with pytest.raises(NoTemplate, match="too few"):
+    with pytest.raises(TooFewPrograms):
         Fitter(dims[:4], ["b", "s"]).fit([s for _, s in SEEN[:4]])  # exactly determined: unchecked
 
 

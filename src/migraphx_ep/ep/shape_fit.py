@@ -27,6 +27,10 @@ class NoTemplate(ValueError):
     """The programs of a group differ in a way no template describes."""
 
 
+class TooFewPrograms(NoTemplate):
+    """The sizes seen so far do not over-determine a fit yet (more programs may)."""
+
+
 # -- numbers as polynomials in the varying dims --------------------------------------------------------
 @dataclasses.dataclass(frozen=True)
 class Poly:
@@ -93,7 +97,7 @@ class Fitter:
             return seen.pop()  # type: ignore[return-value]
         solver = self._solver(rows)
         if solver is None:
-            raise NoTemplate("too few programs to fit a size")
+            raise TooFewPrograms("too few programs to fit a size")
         raw = solver @ np.array([values[i] for i in rows], dtype=np.float64)
         coeffs = [Fraction(float(c)).limit_denominator(1024) for c in raw]
         poly = Poly.of(list(zip(self.monomials, coeffs, strict=True)))

@@ -48,6 +48,7 @@ from .shape_fit import (
     Generated,
     NoTemplate,
     NotInstantiable,
+    TooFewPrograms,
     evaluate,
     fit_literal,
     fit_tree,
@@ -296,9 +297,9 @@ class Templates:
             return
         try:
             self.templates[sig] = Template(group, vary)
+        except TooFewPrograms:
+            return  # the sizes seen so far do not pin the fit down yet
         except NoTemplate as e:
-            if "too few programs" in str(e):
-                return  # the sizes seen so far do not pin the fit down yet
             self.failed.add(sig)
             self.groups.pop(sig, None)
             log.info("%s: no shape template over %s: %s", name, vary, e)
