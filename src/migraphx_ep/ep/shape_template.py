@@ -35,7 +35,7 @@ from typing import Any
 
 from ..ir.instruction import Instruction
 from ..ir.module import Module
-from ..ir.operation import Literal, ModuleOp, Op, make_op
+from ..ir.operation import Literal, ModuleOp, Op, make_op, op_shape_memo
 from ..ir.program import Program
 from ..mxr.codec import _decode_value, _encode_value, _module_order, _op_attributes
 from ..switches import env_choice
@@ -185,7 +185,7 @@ class Template:
                     if isinstance(op, ModuleOp):
                         shape = op.compute_shape_with_modules(shapes, subs)
                     else:
-                        shape = op.compute_shape(shapes)
+                        shape = op_shape_memo(op, shapes)  # repeated layers: the same op, shapes
                 except Exception as e:  # noqa: BLE001 - any op's refusal: this shape compiles instead
                     raise NotInstantiable(f"{op.name} at {dims}: {e}") from e
                 built.append(m.append_computed(op, args, shape, subs))
