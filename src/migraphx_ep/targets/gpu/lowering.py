@@ -29,8 +29,9 @@ from ...switches import env_choice
 from . import kernels as K
 from .fuse.pointwise import is_pointwise, pointwise_groups
 from .gqa import lower_gqa
+from .kernel_memo import KernelMemo, body_key, op_key, pointwise_key
 from .kernels.attention import attention_kernel
-from .kernels.spec import PwConst, PwExpr, PwInput, PwOp, Unsupported
+from .kernels.spec import KernelSpec, PwConst, PwExpr, PwInput, PwOp, Unsupported
 from .layout import is_nhwc, matrix_layout, nhwc_shape, pointwise_conv, want_channels_last
 from .libcalls import GEMM_TYPES, dnn_conv
 from .memory import Storage
@@ -65,6 +66,7 @@ class Lowering:
         self.storages: list[Storage] = []
         self.weights: list[Storage] = []
         self.inputs: dict[str, Buf] = {}
+        self.kernels = KernelMemo()  # repeated layers: one generated source, renamed
         self._n = 0
 
     def _conv_on_dnn(self, op: Op, out: Shape) -> bool:
@@ -242,7 +244,7 @@ class Lowering:
     def _copy(self, src: Buf, label: str) -> Buf:
         out = self._new(src.shape.as_standard(), label)
         expr = PwOp(IDENTITY, (PwInput(0),), src.shape.type)
-        spec = K.pointwise_kernel(f"k{len(self.steps)}_copy", expr, [src.shape], out.shape)
+        spec = self._pointwise_spec(f"k{len(self.steps)}_copy", expr, [src.shape], out.shape)
         self._emit(KernelStep(f"copy ({label})", [src], [out], spec=spec, expr=expr))
         return out
 
@@ -277,17 +279,24 @@ class Lowering:
         expr = build(root)
         nhwc = any(is_nhwc(b.shape) and b.shape.lens == root.shape.lens for b in inputs)
         out = self._new(root.shape.as_standard(), root.name, nhwc)
-        spec = K.pointwise_kernel(self._name(root), expr, [b.shape for b in inputs], out.shape)
+        spec = self._pointwise_spec(self._name(root), expr, [b.shape for b in inputs], out.shape)
         self._emit(KernelStep(f"pointwise {root.name}", inputs, [out], spec=spec, expr=expr))
         self.bufs[id(root)] = out
         return out
 
+    def _pointwise_spec(self, name: str, expr: PwExpr, inputs: list[Shape], out: Shape) -> KernelSpec:
+        key = pointwise_key(expr, inputs, out)
+        return self.kernels.spec(key, name, lambda n: K.pointwise_kernel(n, expr, inputs, out))
+
     def _attention(self, ins: Instruction) -> None:
         args = [self._read(a) for a in ins.inputs]
         out = self._new(ins.shape.as_standard(), "attention")
-        spec = attention_kernel(
-            self._name(ins), ins.op, [a.shape for a in args], out.shape, ins.module_args[0]
-        )
+        shapes, body = [a.shape for a in args], ins.module_args[0]
+        op, bk = ins.op, body_key(body)
+        ok = op_key(op)
+        key = None if ok is None or bk is None else ("attention", ok, bk, tuple(shapes), out.shape)
+        make = lambda n: attention_kernel(n, op, shapes, out.shape, body)  # noqa: E731
+        spec = self.kernels.spec(key, self._name(ins), make)
         info = {"modules": ins.module_args}  # the simulator runs the body
         self._emit(KernelStep("attention", args, [out], spec=spec, op=ins.op, args=info))
         self.bufs[id(ins)] = out
@@ -301,14 +310,11 @@ class Lowering:
         bias = next(rest) if o.bias else None  # type: ignore[attr-defined]
         out = self._new(ins.shape.as_standard(), "layernorm")
         axis, eps = o.axis, float(o.epsilon)  # type: ignore[attr-defined]
-        spec = K.layernorm_kernel(
+        shapes = (x.shape, scale.shape if scale else None, bias.shape if bias else None, out.shape)
+        spec = self.kernels.spec(
+            ("layernorm", shapes, axis, repr(eps)),
             self._name(ins),
-            x.shape,
-            scale.shape if scale else None,
-            bias.shape if bias else None,
-            out.shape,
-            axis,
-            eps,
+            lambda n: K.layernorm_kernel(n, *shapes, axis, eps),
         )
         info = {"axis": axis, "eps": eps, "scale": scale is not None, "bias": bias is not None}
         self._emit(KernelStep("layernorm", [x, *extra], [out], spec=spec, args=info))
@@ -337,7 +343,9 @@ class Lowering:
             args.append(self._weight(K.resize_table(ins.op, args[0].shape), "resize table"))
         keeps_layout = ins.name in ("pooling", "pad") and is_nhwc(args[0].shape)
         out = self._new(ins.shape.as_standard(), ins.name, keeps_layout)
-        spec = K.kernel_for(self._name(ins), ins.op, [a.shape for a in args], out.shape)
+        shapes, op, ok = [a.shape for a in args], ins.op, op_key(ins.op)
+        key = None if ok is None else ("op", ok, tuple(shapes), out.shape)
+        spec = self.kernels.spec(key, self._name(ins), lambda n: K.kernel_for(n, op, shapes, out.shape))
         self._emit(KernelStep(ins.name, args, [out], spec=spec, op=ins.op))
         self.bufs[id(ins)] = out
 

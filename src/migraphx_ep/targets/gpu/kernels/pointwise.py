@@ -170,11 +170,16 @@ def _exact_key(e: PwExpr) -> Hashable | None:
     return None if None in args else (type(e.op), attrs, as_dtype(e.type), args)
 
 
+def exact_key(e: PwExpr) -> Hashable | None:
+    """A key equal only for expressions every kernel generator emits alike (None: unhashable nodes,
+    which the emitter tells apart by identity, and inexact constants)."""
+    return _exact_key(e) if _hashable(e) else None
+
+
 def element_function(expr: PwExpr, in_types: list[DType], out_type: DType) -> tuple[str, tuple[Check, ...]]:
     """``mx_elem(x0, x1, ...)``: the output element (storage type) from input compute values, and the
     checks it makes. A checking one is a lambda for the kernel's body, where it sees the error slot."""
-    # Not memoised: unhashable nodes (the emitter tells them apart by identity), inexact constants.
-    exact = _exact_key(expr) if _hashable(expr) else None
+    exact = exact_key(expr)  # None: not memoised
     if exact is None:
         return _element_function(expr, in_types, out_type)
     key = (exact, tuple(as_dtype(t) for t in in_types), as_dtype(out_type))
