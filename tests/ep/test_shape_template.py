@@ -229,3 +229,21 @@ def test_a_bad_switch_value_is_an_error_naming_it(monkeypatch):
     graph = model_to_dict(onnx.load(os.path.join(MODELS, "bert.onnx")))
     with pytest.raises(ValueError, match="MIGRAPHX_EP_SHAPE_TEMPLATES='yes'"):
         create_ep({"migraphx_target": "ref"}).compile(graph, "f")
+
+
+def test_other_key_splits_and_batch_1_compile_with_the_first_shape():
+    # Attention splits its keys among 1, 2 or 4 warps by block count (batch x heads x row tiles), each
+    # split its own source; at batch 1 a pointwise kernel's batch dim drops out of its source. The
+    # first shape's kernels carry those (``others``), which compile beside them: later shapes of any
+    # split, batch 1 included, find every kernel compiled.
+    graph = model_to_dict(onnx.load(os.path.join(MODELS, "bert_fp16.onnx")))
+    cache = WeightCache()
+    low = lower(optimised(graph, 2, 8, cache, gpu=True).get_main_module(), True, True, weights=cache)
+    specs = [canonical(s.spec) for s in low.steps if isinstance(s, KernelStep)]
+    seen = {sp.source for sp in specs} | {o.source for sp in specs if sp.others for o in sp.others()}
+    splits = set()
+    for b, s in [(2, 8), (1, 5), (40, 16), (200, 16), (1, 64)]:  # 2 heads: 4, 2, 80, 400, 2 blocks
+        steps = _steps(optimised(graph, b, s, cache, gpu=True), cache)[1]
+        splits |= {x for x in steps if "mma" in x}
+        assert steps <= seen, f"{len(steps - seen)} new kernel sources at {(b, s)}"
+    assert len(splits) == 3  # one attention source per split: the shapes do reach all three

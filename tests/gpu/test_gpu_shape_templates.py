@@ -58,3 +58,21 @@ def test_never_seen_sequences_are_instantiated(name, monkeypatch, recording):
     for b, s in NEW:
         f = feeds_for(model, batch=b, seq=s, seed=s + 1)
         _close(sess.run(None, f), cpu.run(None, f))
+
+
+def test_batch_1_and_other_key_splits_compile_no_kernel(monkeypatch):
+    # Batch 1 drops the batch dim out of pointwise kernels' sources, and attention splits its keys by
+    # block count (here 2 heads: batch 40 and 200 cross both thresholds). The first shapes' kernels
+    # compiled those variants beside them (KernelSpec.others): no later shape compiles a kernel.
+    monkeypatch.setenv("MIGRAPHX_EP_BATCH_ROWS", "0")
+    model = onnx.load(os.path.join(MODELS, "bert_fp16.onnx"))
+    blob = model.SerializeToString()
+    sess = ort.InferenceSession(blob, providers=[(EP, GPU), "CPUExecutionProvider"])
+    cpu = ort.InferenceSession(blob, providers=["CPUExecutionProvider"])
+    f = feeds_for(model, batch=2, seq=8, seed=1)
+    _close(sess.run(None, f), cpu.run(None, f))
+    compiled = nvrtc.compile_count()
+    for b, s in [(1, 7), (1, 12), (40, 16), (200, 16), (3, 5)]:
+        f = feeds_for(model, batch=b, seq=s, seed=s)
+        _close(sess.run(None, f), cpu.run(None, f))
+    assert nvrtc.compile_count() == compiled, "a later shape compiled kernels"

@@ -14,7 +14,7 @@ from migraphx_ep.ir.shape import Shape
 from migraphx_ep.targets.gpu import kernels as K
 from migraphx_ep.targets.gpu import nvrtc
 from migraphx_ep.targets.gpu.executable import GpuExecutable
-from migraphx_ep.targets.gpu.kernels.spec import PwInput, PwOp
+from migraphx_ep.targets.gpu.kernels.spec import PwInput, PwOp, canonical
 from migraphx_ep.timing import record
 
 pytestmark = pytest.mark.skipif(nvrtc.nvrtc_available() is not None, reason=str(nvrtc.nvrtc_available()))
@@ -65,7 +65,7 @@ def test_the_executables_pool_counts_into_the_compile_record():
     # Only the NVRTC part of GpuExecutable (no device): its thread pool must carry the record.
     exe = GpuExecutable.__new__(GpuExecutable)
     exe.device, exe._images = types.SimpleNamespace(arch=ARCH), {}
-    shape = Shape(DType.float_type, (4, 33))
+    shape = Shape(DType.float_type, (1, 33))  # batch 1: no batch-1 twin (others) to compile
     expr = PwOp(OPS["relu"](), (PwInput(0),), DType.float_type)
     specs = [K.pointwise_kernel(f"k_timing_pool_{i}", expr, [shape], shape) for i in range(3)]
     n = nvrtc.compile_count()
@@ -74,8 +74,31 @@ def test_the_executables_pool_counts_into_the_compile_record():
     assert nvrtc.compile_count() == n + 3 and len(exe._images) == 3
     assert t.counts == {"nvrtc": {"compiled": 3}} and t.seconds("nvrtc") > 0
     with record() as again:
-        exe._compile_kernels(specs)  # every image already held: no NVRTC stage at all
-    assert again.stages == {} and nvrtc.compile_count() == n + 3
+        exe._compile_kernels(specs)  # every image already held: not even a cache lookup
+    assert again.counts == {} and nvrtc.compile_count() == n + 3
+
+
+def test_a_kernels_others_compile_beside_it_and_serve_later_shapes():
+    # A pointwise kernel of batch 4 carries its batch-1 twin: compiled in the same pool, kept in
+    # nvrtc's cache (not in the program's images), and a batch-1 program then finds it there.
+    exe = GpuExecutable.__new__(GpuExecutable)
+    exe.device, exe._images = types.SimpleNamespace(arch=ARCH), {}
+    expr = PwOp(OPS["sigmoid"](), (PwInput(0),), DType.float_type)
+    bcast = Shape(DType.float_type, (4, 32, 8), (0, 8, 1))  # broadcast over the batch: strided at batch 4
+    four, one = Shape(DType.float_type, (4, 32, 8)), Shape(DType.float_type, (1, 32, 8))
+    spec = canonical(K.pointwise_kernel("k_twin", expr, [bcast], four))
+    twin = canonical(
+        K.pointwise_kernel("k_twin", expr, [Shape(DType.float_type, (1, 32, 8), (0, 8, 1))], one)
+    )
+    assert spec.others is not None and twin.source != spec.source
+    n = nvrtc.compile_count()
+    with record() as t:
+        exe._compile_kernels([spec])
+    assert nvrtc.compile_count() == n + 2 and t.counts == {"nvrtc": {"compiled": 2}}
+    assert len(exe._images) == 1
+    with record() as later:
+        exe._compile_kernels([twin])
+    assert nvrtc.compile_count() == n + 2 and later.counts == {"nvrtc": {"cache hits": 1}}
 
 
 def test_repeated_layers_compile_each_kernel_body_once(monkeypatch):
@@ -108,7 +131,11 @@ def test_repeated_layers_compile_each_kernel_body_once(monkeypatch):
     assert all(canonical(sp).name == KERNEL_SYMBOL and sp.name not in canonical(sp).source for sp in specs)
     exe = GpuExecutable.__new__(GpuExecutable)
     exe.device, exe._images = types.SimpleNamespace(arch=ARCH), {}
+    # The kernels' others (batch-1 twins, other key splits) compile beside them unless held already.
+    others = {o.source for sp in specs if sp.others for o in sp.others()} - bodies
+    fresh = [o for o in others if not nvrtc.has_image(nvrtc.source_key(o, ARCH))]
     before = nvrtc.cache_stats()
     exe._compile_kernels([canonical(sp) for sp in specs])
     d = delta(before)
-    assert d["compiled"] + d["cache hits"] + d["disk hits"] == 11 and len(exe._images) == 11
+    assert d["compiled"] + d["cache hits"] + d["disk hits"] == 11 + len(fresh) and len(exe._images) == 11
+    assert all(nvrtc.has_image(nvrtc.source_key(o, ARCH)) for o in others)

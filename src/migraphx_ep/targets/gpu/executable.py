@@ -12,22 +12,20 @@ from __future__ import annotations
 
 import functools
 import logging
-import os
 import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
 from ...ir.dtypes import to_numpy
-from ...timing import carry, count, record, stage
+from ...timing import count, record, stage
 from . import cuda
 from .context import RunContext, max_contexts
 from .errors import DeviceErrors
 from .kernels.spec import KernelSpec, Unsupported, canonical
 from .memory import ALIGN, Storage, align
-from .nvrtc import compile_source, source_key
+from .nvrtc import compile_images, source_key
 from .runtime_dims import native_pad, pad_inputs
 from .steps import Buf, ConvStep, GemmStep, KernelStep, Lowered, plan_lowered
 from .support import IDENTITY
@@ -144,16 +142,17 @@ class GpuExecutable:
         """The steps as launches on ``ctx``'s addresses (kernels compiled and library plans chosen once,
         by the first context; later ones reuse them)."""
         steps = self.lowered.steps
-        kernel_steps = [s for s in steps if isinstance(s, KernelStep)]
-        self._compile_kernels([canonical(s.spec) for s in kernel_steps])
+        # One compile and module per distinct kernel body (canonical: the symbol renamed).
+        kernels = {id(s): canonical(s.spec) for s in steps if isinstance(s, KernelStep)}
+        keys = self._compile_kernels(list(kernels.values()))
         launches: list[Launch] = []
         modules = self._modules
         for i, s in enumerate(steps):
             if all(b.shape.elements() == 0 for b in s.writes):
                 continue
             if isinstance(s, KernelStep):
-                spec = canonical(s.spec)  # one compile and module per distinct kernel body
-                key = source_key(spec.source, self.device.arch)
+                spec = kernels[id(s)]
+                key = keys[spec.source]
                 mod = modules.get(key)
                 if mod is None:
                     with stage("module load"):
@@ -216,20 +215,9 @@ class GpuExecutable:
 
         return launch
 
-    def _compile_kernels(self, specs: list[KernelSpec]) -> None:
-        arch = self.device.arch
-        todo: dict[str, KernelSpec] = {}
-        for sp in specs:
-            key = source_key(sp.source, arch)
-            if key not in self._images:
-                todo[key] = sp
-        if not todo:
-            return
-        workers = min(len(todo), max(os.cpu_count() or 1, 1), 16)
-        work = carry(lambda sp: compile_source(sp.source, arch, sp.name))  # counts compiles vs cache hits
-        with stage("nvrtc"), ThreadPoolExecutor(workers) as ex:
-            images = list(ex.map(work, todo.values()))
-        self._images.update(zip(todo.keys(), images, strict=True))
+    def _compile_kernels(self, specs: list[KernelSpec]) -> dict[str, str]:
+        """Every spec's image in ``_images``; each source's image key."""
+        return compile_images(specs, self.device.arch, self._images)
 
     def _bind_gemm(self, i: int, s: GemmStep, ctx: RunContext) -> Launch:
         from . import blas

@@ -13,14 +13,20 @@ header never reuses an old image. Each outcome is counted for the process (``com
 from __future__ import annotations
 
 import hashlib
+import logging
 import os
 import threading
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from ... import timing
+from ...timing import carry, stage
 from .backend import nvrtc
 from .kernels import headers
 from .kernels.headers import Headers
+from .kernels.spec import KernelSpec
+
+log = logging.getLogger("migraphx_ep.gpu")
 
 _CACHE: dict[str, bytes] = {}
 _LOCK = threading.Lock()
@@ -54,6 +60,24 @@ def _disk_dir() -> Path | None:
     return Path(d) if d else None
 
 
+def cached_image(source: str, arch: str, key: str | None = None) -> bytes | None:
+    """``source``'s image if this process compiled or loaded it already (counted as a cache hit), else
+    None; ``key``: its ``source_key`` when the caller has it. A never-seen shape's kernels are nearly
+    all such hits, and a lookup is cheaper than handing each to a compile thread."""
+    key = key or source_key(source, arch)
+    with _LOCK:
+        hit = _CACHE.get(key)
+    if hit is not None:
+        _count("cache hits")
+    return hit
+
+
+def has_image(key: str) -> bool:
+    """An image for ``key`` (a ``source_key``) is in this process's cache (not counted)."""
+    with _LOCK:
+        return key in _CACHE
+
+
 def compile_source(source: str, arch: str, name: str = "kernel", options: tuple[str, ...] = ()) -> bytes:
     """Device code (a cubin for ``arch`` such as ``sm_90``) for ``source``, compiled at most once."""
     hdrs = headers.HEADERS  # one snapshot for the key and the compile
@@ -78,6 +102,53 @@ def compile_source(source: str, arch: str, name: str = "kernel", options: tuple[
     with _LOCK:
         _CACHE[key] = image
     return image
+
+
+def compile_images(specs: list[KernelSpec], arch: str, images: dict[str, bytes]) -> dict[str, str]:
+    """Put every spec's image into ``images`` (by ``source_key``; a program's images): held already,
+    from this process's cache, or compiled (or read from disk) on a pool of threads. Returns each
+    source's key. The kernels that compile also compile their ``others`` (the same ops at other size
+    classes) beside them, into this process's caches only, so later shapes find them compiled."""
+    keys: dict[str, str] = {}
+    todo: dict[str, KernelSpec] = {}
+    with stage("nvrtc"):
+        for sp in specs:
+            if sp.source in keys:
+                continue
+            key = keys[sp.source] = source_key(sp.source, arch)
+            if key in images:
+                continue
+            hit = cached_image(sp.source, arch, key)  # in memory: no thread for it
+            if hit is not None:
+                images[key] = hit
+            else:
+                todo[key] = sp
+        if not todo:
+            return keys
+        others = {}
+        for sp in todo.values():
+            for o in sp.others() if sp.others is not None else ():
+                k = source_key(o.source, arch)
+                if k not in todo and not has_image(k):
+                    others[k] = o
+        work = carry(lambda sp: compile_source(sp.source, arch, sp.name))  # counts them
+        spare = carry(lambda sp: _compile_spare(sp, arch))
+        with ThreadPoolExecutor(min(len(todo) + len(others), max(os.cpu_count() or 1, 1), 16)) as ex:
+            mapped = ex.map(work, todo.values())  # submitted first: this program needs them
+            for o in others.values():
+                ex.submit(spare, o)
+            compiled = list(mapped)
+        images.update(zip(todo.keys(), compiled, strict=True))
+    return keys
+
+
+def _compile_spare(spec: KernelSpec, arch: str) -> None:
+    """Compile a kernel only later shapes may take; one that fails costs those shapes a compile of their
+    own (where its error then stops them), not the program at hand."""
+    try:
+        compile_source(spec.source, arch, spec.name)
+    except Exception as e:  # noqa: BLE001 - the program at hand does not run it
+        log.warning("a kernel variant for other sizes did not compile (%s); shapes that take it will", e)
 
 
 def _count(outcome: str) -> None:

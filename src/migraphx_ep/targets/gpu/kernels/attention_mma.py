@@ -27,6 +27,8 @@ slowly.
 
 from __future__ import annotations
 
+import dataclasses
+
 from ....ir.dtypes import DType
 from ....ir.operation import Op
 from ....ir.shape import Shape
@@ -34,7 +36,7 @@ from ....switches import env_int
 from .attention import HEADER, NEG_INF, THREADS, Problem, Source
 from .headers import include
 from .prelude import PRELUDE
-from .spec import KernelSpec
+from .spec import KERNEL_SYMBOL, KernelSpec
 
 BM = BN = 64  # query rows a block owns without a key split, keys a tile
 PAD = 8  # elements added to every shared row: 16 bytes, keeps vector stores aligned
@@ -115,6 +117,14 @@ def _vec_flag(src: Source, ptr: str, strides: tuple[int, int, int, int], cols: i
     return f"{flag} != 0 && (u64){ptr} % 16u == 0"
 
 
+def forced_key_warps() -> int:
+    """``MIGRAPHX_EP_ATTENTION_KEY_WARPS`` (0: not forced)."""
+    forced = env_int("MIGRAPHX_EP_ATTENTION_KEY_WARPS", 0, 0)
+    if forced not in (0, 1, 2, 4):
+        raise ValueError(f"MIGRAPHX_EP_ATTENTION_KEY_WARPS={forced}: 1, 2 or 4")
+    return forced
+
+
 def key_warps(p: Problem) -> int:
     """Warps that split each key tile (1, 2 or 4; the block's 4 warps cover ``4 / key_warps`` groups of
     16 query rows). A warp runs its rows' whole chain alone, so with few (batch, head, row tile) blocks
@@ -122,17 +132,29 @@ def key_warps(p: Problem) -> int:
     of 64 rows), 4700 instructions a warp at 5 cycles each. Splitting the keys cuts that walk by the
     split and multiplies the blocks, at the price of combining the warps' partial softmaxes through shared
     memory at the end. ``MIGRAPHX_EP_ATTENTION_KEY_WARPS`` forces a split."""
-    forced = env_int("MIGRAPHX_EP_ATTENTION_KEY_WARPS", 0, 0)
+    forced = forced_key_warps()
     if forced:
-        if forced not in (1, 2, 4):
-            raise ValueError(f"MIGRAPHX_EP_ATTENTION_KEY_WARPS={forced}: 1, 2 or 4")
         return forced
     blocks = p.b * p.h * -(-p.s // BM)
     return 4 if blocks < SPLIT4_BELOW else 2 if blocks < SPLIT2_BELOW else 1
 
 
 def mma_kernel(name: str, op: Op, p: Problem, inputs: list[Shape], out: Shape) -> KernelSpec:
+    """The kernel at ``p``'s key split; the other splits are its ``others``: the block count, hence
+    the split, changes with batch and sequence, and a never-seen shape should find its kernel compiled.
+    """
     kw = key_warps(p)
+    spec = _mma_kernel(name, op, p, inputs, out, kw)
+    if forced_key_warps():
+        return spec
+
+    def others() -> list[KernelSpec]:
+        return [_mma_kernel(KERNEL_SYMBOL, op, p, inputs, out, k) for k in (1, 2, 4) if k != kw]
+
+    return dataclasses.replace(spec, others=others)
+
+
+def _mma_kernel(name: str, op: Op, p: Problem, inputs: list[Shape], out: Shape, kw: int) -> KernelSpec:
     rg = 4 // kw  # row groups of 16 a block
     bm, keys = 16 * rg, BN // kw  # a block's query rows, a warp's keys of each tile
     src = Source(name, op, p, inputs, out, bm)
@@ -301,4 +323,4 @@ def _combine(kw: int, bm: int, DV: int, DVP: int) -> list[str]:  # noqa: N803
     ]
 
 
-__all__ = ["key_warps", "mma_kernel"]
+__all__ = ["forced_key_warps", "key_warps", "mma_kernel"]

@@ -12,6 +12,7 @@ operand are merged. When every operand is contiguous or a broadcast scalar the l
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Hashable
 
 import numpy as np
@@ -40,7 +41,7 @@ from .prelude import (
     span,
     vector_width,
 )
-from .spec import Check, KernelSpec, PwConst, PwExpr, PwInput, PwOp, Unsupported
+from .spec import KERNEL_SYMBOL, Check, KernelSpec, PwConst, PwExpr, PwInput, PwOp, Unsupported
 from .transpose import n_tiles, tiled_body, transposed_dim
 
 _ATTR_OPS = frozenset(
@@ -205,7 +206,25 @@ def _element_function(expr: PwExpr, in_types: list[DType], out_type: DType) -> t
 
 
 def pointwise_kernel(name: str, expr: PwExpr, inputs: list[Shape], out: Shape) -> KernelSpec:
-    """One kernel computing ``expr`` for every element of ``out`` (inputs already at out's lens)."""
+    """One kernel computing ``expr`` for every element of ``out`` (inputs already at out's lens).
+
+    Sizes are run-time arguments, so one source serves every batch but batch 1: there the batch dim
+    drops out of the index math (and the loop may turn flat). A kernel of batch > 1 therefore carries
+    its batch-1 twin as ``others`` (compiled beside it), so a batch-1 shape finds it compiled."""
+    spec = _pointwise_kernel(name, expr, inputs, out)
+    if len(out.lens) < 2 or out.lens[0] <= 1:
+        return spec
+
+    def others() -> list[KernelSpec]:
+        def one(s: Shape) -> Shape:
+            return Shape(s.type, (1, *s.lens[1:]), s.strides)
+
+        return [_pointwise_kernel(KERNEL_SYMBOL, expr, [one(s) for s in inputs], one(out))]
+
+    return dataclasses.replace(spec, others=others)
+
+
+def _pointwise_kernel(name: str, expr: PwExpr, inputs: list[Shape], out: Shape) -> KernelSpec:
     for s in inputs:
         if s.lens != out.lens:
             raise Unsupported(f"pointwise input {s} does not match output lens {list(out.lens)}")

@@ -19,6 +19,7 @@ Softmax and layer norm rows are in ``rows.py``.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 
 import numpy as np
@@ -43,7 +44,7 @@ from .prelude import (
     vector_width,
     walk,
 )
-from .spec import KernelSpec, Unsupported
+from .spec import KERNEL_SYMBOL, KernelSpec, Unsupported
 
 REDUCE_OPS = frozenset(
     {"reduce_sum", "reduce_mean", "reduce_prod", "reduce_max", "reduce_min", "argmax", "argmin"}
@@ -133,9 +134,13 @@ def reduce_kernel(name: str, op: Op, input: Shape, out: Shape) -> KernelSpec:  #
 
 
 def reduction_kernel(
-    name: str, x: Shape, out: Shape, axes: tuple[int, ...], functor: MakeFunctor
+    name: str, x: Shape, out: Shape, axes: tuple[int, ...], functor: MakeFunctor, threads: int = 0
 ) -> KernelSpec:
-    """``out`` (``x`` with ``axes`` reduced to 1) from ``functor``'s state, combine and finish."""
+    """``out`` (``x`` with ``axes`` reduced to 1) from ``functor``'s state, combine and finish.
+
+    The row and wide schedules pick their threads per row by the sizes (``threads``: forced). The other
+    choice is the kernel's ``others``: compiled beside it, so a shape across the size class (a global
+    pool of a larger image) finds its kernel compiled."""
     rank = x.ndim()
     kept = [d for d in range(rank) if d not in axes]
     kw, rw = walk([x, out], kept, out.strides), walk([x], list(axes), x.strides)
@@ -162,27 +167,34 @@ def reduction_kernel(
     ]
     sched = _Schedule(idx, in_c, init, fn, vector_width(x.type), M, R)
     red_inner, kept_inner = fastest(x, list(axes)), fastest(x, kept)
-    threads = BLOCK
+    block, other = BLOCK, 0
     if r <= 16:
         body, grid = sched.thread(r), grid_for(m)
     elif kept_inner is None or (red_inner is not None and red_inner < kept_inner):
-        tpr = BLOCK if (r > 4096 and m < 1024) else 32
+        tpr = threads or (BLOCK if (r > 4096 and m < 1024) else 32)
+        other = 32 if tpr == BLOCK else BLOCK
         aligned = all(st % sched.v == 0 for st in kw.strides[0])
         contiguous = len(rw.lens) == 1 and rw.strides[0] == [1] and (aligned or p.runtime)
         vok = p(int(aligned)) if contiguous else None
         body, grid = sched.row(tpr, vok), grid_for(m, BLOCK // tpr)
     elif r >= 128:
-        threads = 1024 if r >= _WIDE else BLOCK
+        block = threads or (1024 if r >= _WIDE else BLOCK)
+        other = BLOCK if block == 1024 else 1024
         vok = p(int(_groups_contiguous(kw, rw, sched.v)))
-        body, grid = sched.wide(threads, vok), grid_for(-(-m // sched.v), 1)
+        body, grid = sched.wide(block, vok), grid_for(-(-m // sched.v), 1)
     elif m < 65536:
         body, grid = sched.split(), grid_for(m, 32)
     else:
         body, grid = sched.thread(r), grid_for(m)
-    sig = signature(name, [in_c], [out_c], threads=threads, scalars=p.decls())
+    sig = signature(name, [in_c], [out_c], threads=block, scalars=p.decls())
     src = PRELUDE + f"typedef {s} mx_s;\n" + sig + " {\n" + "\n".join(lam) + "\n" + body + "}\n"
     bits = 64 if idx == "u64" else 32
-    return KernelSpec(name, src, grid, (threads, 1, 1), 0, 1, 1, (), tuple(p.values), bits)
+    spec = KernelSpec(name, src, grid, (block, 1, 1), 0, 1, 1, (), tuple(p.values), bits)
+    if threads or not other:
+        return spec
+    return dataclasses.replace(
+        spec, others=lambda: [reduction_kernel(KERNEL_SYMBOL, x, out, axes, functor, other)]
+    )
 
 
 def _groups_contiguous(kw: Walk, rw: Walk, v: int) -> bool:

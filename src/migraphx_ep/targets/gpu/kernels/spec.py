@@ -26,7 +26,8 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Union
 
 from ....ir.dtypes import DType
@@ -56,6 +57,9 @@ class KernelSpec:
     # ``arg_bits``: shape numbers kept out of the source so other shapes reuse the compiled kernel.
     args: tuple[int, ...] = ()
     arg_bits: int = 32
+    # The kernels the same op takes at other sizes (attention's key splits), under KERNEL_SYMBOL: made
+    # and compiled only when this one really compiles, beside it, so a later shape finds them compiled.
+    others: Callable[[], list[KernelSpec]] | None = field(default=None, compare=False, repr=False)
 
 
 # The symbol every kernel is compiled under (``canonical``).
