@@ -14,7 +14,8 @@ import functools
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
+from typing import Any
 
 import numpy as np
 
@@ -147,6 +148,10 @@ class GpuExecutable:
         keys = self._compile_kernels(list(kernels.values()))
         launches: list[Launch] = []
         modules = self._modules
+        # Library plans by problem: repeated layers' GEMMs (and blocks' convolutions) share one plan.
+        # A plan takes its pointers at each call, so the steps of one context may share it; contexts
+        # (concurrent Runs) do not.
+        plans: dict[Hashable, Any] = {}
         for i, s in enumerate(steps):
             if all(b.shape.elements() == 0 for b in s.writes):
                 continue
@@ -165,7 +170,7 @@ class GpuExecutable:
             elif isinstance(s, GemmStep | ConvStep):
                 try:
                     bind = self._bind_gemm if isinstance(s, GemmStep) else self._bind_conv
-                    launches.append(bind(i, s, ctx))
+                    launches.append(bind(i, s, ctx, plans))  # type: ignore[operator]
                 except Unsupported as e:
                     log.info("%s: library refused (%s); using a generated kernel", s.label, e)
                     launches.append(self._bind_fallback(s, ctx))
@@ -219,7 +224,7 @@ class GpuExecutable:
         """Every spec's image in ``_images``; each source's image key."""
         return compile_images(specs, self.device.arch, self._images)
 
-    def _bind_gemm(self, i: int, s: GemmStep, ctx: RunContext) -> Launch:
+    def _bind_gemm(self, i: int, s: GemmStep, ctx: RunContext, plans: dict[Hashable, Any]) -> Launch:
         from . import blas
 
         key = f"gemm{i}"
@@ -229,18 +234,22 @@ class GpuExecutable:
         d = ctx.ptr(s.writes[0])
         c = ctx.ptr(rest.pop(0)) if s.has_residual else d
         la, lb, lc = (blas.MatLayout(*t) for t in s.layouts)
-        count("library search", "gemm")
-        with stage("library search"):  # cuBLASLt heuristics and timing (none with a stored plan)
-            p = blas.plan_gemm(
-                s.dtype, s.batch, s.m, s.n, s.k, la, lb, lc,
-                beta=1.0 if s.has_residual else 0.0, bias=s.has_bias, relu=s.relu, allow_tf32=self.allow_tf32,
-                tuned=self._plans.get(key), tune=not self.quick, alignment=_alignment(a, b, c, d, bias),
-            )  # fmt: skip
+        tuned, alignment = self._plans.get(key), _alignment(a, b, c, d, bias)
+        problem = ("gemm", s.dtype, s.batch, s.m, s.n, s.k, s.layouts, s.has_residual, s.has_bias, s.relu)
+        p = plans.get(same := (*problem, alignment, repr(tuned)))
+        if p is None:
+            count("library search", "gemm")
+            with stage("library search"):  # cuBLASLt heuristics and timing (none with a stored plan)
+                p = plans[same] = blas.plan_gemm(
+                    s.dtype, s.batch, s.m, s.n, s.k, la, lb, lc,
+                    beta=1.0 if s.has_residual else 0.0, bias=s.has_bias, relu=s.relu,
+                    allow_tf32=self.allow_tf32, tuned=tuned, tune=not self.quick, alignment=alignment,
+                )  # fmt: skip
         self._plans[key] = p.to_dict()
         self.workspace_bytes = max(self.workspace_bytes, align(p.workspace_size))
         return lambda stream: p.run(stream, a, b, c, d, bias, ctx.workspace_ptr())
 
-    def _bind_conv(self, i: int, s: ConvStep, ctx: RunContext) -> Launch:
+    def _bind_conv(self, i: int, s: ConvStep, ctx: RunContext, plans: dict[Hashable, Any]) -> Launch:
         from . import dnn
 
         key = f"conv{i}"
@@ -248,14 +257,19 @@ class GpuExecutable:
         k = x.shape.ndim() - 2
         pads, strides, dil = s.op.attrs(k)  # type: ignore[attr-defined]
         y = s.writes[0]
-        count("library search", "conv")
-        with stage("library search"):  # cuDNN Find (none with a stored plan)
-            p = dnn.plan_conv(
-                x.shape.type, x.shape, w.shape, y.shape, tuple(pads[:k]), tuple(pads[k:]), tuple(strides),
-                tuple(dil), s.op.group, bias=s.has_bias, relu=s.relu, residual=s.has_residual,  # type: ignore
-                allow_tf32=self.allow_tf32, tuned=self._plans.get(key), exhaustive=not self.quick,
-                z=s.reads[-1].shape if s.has_residual else None,
-            )  # fmt: skip
+        tuned, z_shape = self._plans.get(key), s.reads[-1].shape if s.has_residual else None
+        group = s.op.group  # type: ignore[attr-defined]
+        geometry = (tuple(pads), tuple(strides), tuple(dil), group)
+        problem = ("conv", x.shape, w.shape, y.shape, *geometry, s.has_bias, s.relu, z_shape)
+        p = plans.get(same := (*problem, repr(tuned)))
+        if p is None:
+            count("library search", "conv")
+            with stage("library search"):  # cuDNN Find (none with a stored plan)
+                p = plans[same] = dnn.plan_conv(
+                    x.shape.type, x.shape, w.shape, y.shape, tuple(pads[:k]), tuple(pads[k:]),
+                    tuple(strides), tuple(dil), group, bias=s.has_bias, relu=s.relu, residual=s.has_residual,
+                    allow_tf32=self.allow_tf32, tuned=tuned, exhaustive=not self.quick, z=z_shape,
+                )  # fmt: skip
         self._plans[key] = p.to_dict()
         self.workspace_bytes = max(self.workspace_bytes, align(p.workspace_size))
         rest = list(s.reads[2:])
