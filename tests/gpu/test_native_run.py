@@ -206,3 +206,34 @@ def test_more_shapes_than_plans_keep_the_hot_ones_native(python_runs):
         _close(sess.run(None, shapes[i]), want[i])
         assert python_runs["n"] - n == went_python <= 1  # the repeats are native
     assert python_runs["n"] == 4  # shapes 1, 2, 3 once each, and 1 again after its plan was evicted
+
+
+def test_a_programs_first_run_is_its_warm_up():
+    # A new program warms up by its first Run (eager launches) and captures its graph when the native
+    # plan asks, right after: the first Run executes the program once, with the same answers.
+    from migraphx_ep.frontend import model_to_dict, parse_graph
+    from migraphx_ep.ir.dtypes import from_onnx
+    from migraphx_ep.ir.shape import Shape
+    from migraphx_ep.targets import get_target
+    from migraphx_ep.timing import record
+
+    blob, model = _bert()
+    g = model_to_dict(model)
+    shapes = {n: Shape(from_onnx(g["values"][n]["dtype"]), (2, 9)) for n in g["inputs"]}
+    prog = parse_graph(g, shapes, specialize=True).program
+    with record() as t:
+        prog.compile(get_target("gpu"))
+    exe = prog._exe
+    assert "warm-up" not in t.stages and "graph capture" not in t.stages
+    ctx = exe.contexts[0]
+    assert not ctx.warm and not ctx.captured
+    feeds = [feeds_for(model, batch=2, seq=9, seed=s) for s in range(3)]
+    with record() as first:
+        got = prog.run_numpy(feeds[0])
+    assert ctx.warm and not ctx.captured and "warm-up" not in first.stages
+    _close(got, _cpu(blob, feeds[0]))
+    names = list(exe.lowered.inputs)
+    assert exe.native_plan(names, [feeds[0][n] for n in names], 4) is not None
+    assert ctx.captured and ctx.graph is not None
+    for f in feeds[1:]:  # graph replays now
+        _close(prog.run_numpy(f), _cpu(blob, f))

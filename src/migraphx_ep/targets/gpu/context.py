@@ -51,7 +51,12 @@ def _use_graphs() -> bool:
 
 
 class RunContext:
-    def __init__(self, exe: GpuExecutable) -> None:
+    """``defer``: no warm-up or capture now. The first Run (``GpuExecutable.run``) launches the steps
+    eagerly, which warms them up as the warm-up would, and the graph is captured when first asked for
+    (the native plan right after that Run, or the next Run): a never-seen shape's first Run then
+    executes the program once, not twice (warm-up, then the graph)."""
+
+    def __init__(self, exe: GpuExecutable, defer: bool = False) -> None:
         self.exe = exe
         self.lock = run_lock()
         with stage("context"):  # stream, arena, error slots: what a new shape's context costs beyond binding
@@ -67,20 +72,38 @@ class RunContext:
         self.outputs: list[tuple[int, Any] | np.ndarray] = [
             o if isinstance(o, np.ndarray) else (self.ptr(o), o.shape) for o in lowered.outputs
         ]
-        # Warm up eagerly once (first launches load code; libraries allocate lazily), then capture. The
-        # warm-up reads an uninitialised arena: the checks it trips are noise, cleared before any Run.
-        with stage("warm-up"):
-            self.issue(self.stream.handle)
-            self.stream.sync()
-        self.errors.clear()
-        self.graph: cuda.Graph | None = None
+        self.warm = False  # the steps ran once (code loaded, libraries' lazy allocations made)
+        self.captured = False  # capture was tried (``_graph`` None after it: steps run one by one)
+        self._graph: cuda.Graph | None = None
+        if not defer:
+            self.prepare()
+
+    def prepare(self) -> None:
+        """Warm up (unless a Run did) and capture the CUDA graph, once."""
+        if self.captured:
+            return
+        if not self.warm:
+            # First launches load code and libraries allocate lazily: not inside a capture. This warm-up
+            # reads an uninitialised arena: the checks it trips are noise, cleared before any Run.
+            with stage("warm-up"):
+                self.issue(self.stream.handle)
+                self.stream.sync()
+            self.errors.clear()
+            self.warm = True
+        self.captured = True
         if _use_graphs() and self.launches:
             try:
                 with stage("graph capture"):
-                    self.graph = cuda.Graph(self.stream, self.issue)
+                    self._graph = cuda.Graph(self.stream, self.issue)
             except cuda.CudaError as e:
                 log.warning("CUDA graph capture failed (%s); launching steps one by one", e)
-                self.graph = None
+                self._graph = None
+
+    @property
+    def graph(self) -> cuda.Graph | None:
+        """The captured graph (captured now if it was deferred); None: the steps run one by one."""
+        self.prepare()
+        return self._graph
 
     def ptr(self, b: Buf) -> int:
         if b.storage.kind == "weight":

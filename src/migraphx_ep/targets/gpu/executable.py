@@ -85,7 +85,7 @@ class GpuExecutable:
         self.checking_specs = [s.spec for s in lowered.steps if isinstance(s, KernelStep)]
         self.workspace_bytes = ALIGN
         # The first context serves the Python Run path; more come when native Runs overlap.
-        self.contexts: list[RunContext] = [RunContext(self)]
+        self.contexts: list[RunContext] = [RunContext(self, defer=True)]
         self.compile_seconds = time.perf_counter() - t0
 
     # -- planning ------------------------------------------------------------------------------------------
@@ -308,15 +308,17 @@ class GpuExecutable:
     def run(self, params: dict[str, np.ndarray], borrow: bool = False) -> list[np.ndarray]:
         self.device.make_current()  # ORT may call from any thread; pinned allocation needs the context
         staging = self._staging() if borrow else None
-        with self.contexts[0].lock:
+        ctx = self.contexts[0]
+        with ctx.lock:
             s = self.stream.handle
             keep = []
             for name, ptr, _shape in self.inputs:
                 arr = np.ascontiguousarray(params[name])
                 keep.append(arr)
                 cuda.memcpy_htod(ptr, arr, s)
-            if self.graph is not None:
-                self.graph.launch(s)
+            graph = ctx.graph if ctx.warm else None  # the first Run is eager: it is the warm-up
+            if graph is not None:
+                graph.launch(s)
             else:
                 self._issue(s)
             results: list[np.ndarray] = []
@@ -329,6 +331,7 @@ class GpuExecutable:
                 cuda.memcpy_dtoh(host, ptr, s)
                 results.append(host)
             self.stream.sync()
+            ctx.warm = True
             self.errors.raise_if_set()
             return results
 
@@ -337,6 +340,7 @@ class GpuExecutable:
         fused node's inputs ``input_names`` as given in ``arrays``; None when it cannot (no CUDA graph,
         or an input whose bytes differ from the parameter's, e.g. a converted type)."""
         first = self.contexts[0]
+        # first.graph: captured now if the first Run ran eagerly (RunContext's defer), without a warm-up.
         if (first.graph is None and first.launches) or type(first.lock).__name__ != "RunLock":
             return None
         shapes = {name: shape for name, _, shape in first.inputs}
