@@ -208,24 +208,21 @@ def test_more_shapes_than_plans_keep_the_hot_ones_native(python_runs):
     assert python_runs["n"] == 4  # shapes 1, 2, 3 once each, and 1 again after its plan was evicted
 
 
-@pytest.mark.parametrize("cold", ["1", "0"])
-def test_a_programs_first_run_needs_no_warm_up(cold, monkeypatch):
-    # A new program does not warm up when compiled. Its first Run captures the graph at once
-    # (MIGRAPHX_EP_COLD_CAPTURE=1, the default), or launches its steps eagerly (0), which warms them
-    # up, and the native plan right after captures. Either way one execution, the same answers.
+def test_a_programs_first_run_is_its_warm_up(gpu):
+    # A new program does not warm up when compiled: its first Run launches the steps eagerly, which
+    # warms them up, and the native plan asked for right after captures the graph. One execution of
+    # the program for the first Run, the same answers.
     from migraphx_ep.frontend import model_to_dict, parse_graph
     from migraphx_ep.ir.dtypes import from_onnx
     from migraphx_ep.ir.shape import Shape
-    from migraphx_ep.targets import get_target
     from migraphx_ep.timing import record
 
-    monkeypatch.setenv("MIGRAPHX_EP_COLD_CAPTURE", cold)
     blob, model = _bert()
     g = model_to_dict(model)
     shapes = {n: Shape(from_onnx(g["values"][n]["dtype"]), (2, 9)) for n in g["inputs"]}
     prog = parse_graph(g, shapes, specialize=True).program
     with record() as t:
-        prog.compile(get_target("gpu"))
+        prog.compile(gpu)  # TF32 off, as the CPU EP it is compared with
     exe = prog._exe
     assert "warm-up" not in t.stages and "graph capture" not in t.stages
     ctx = exe.contexts[0]
@@ -233,7 +230,7 @@ def test_a_programs_first_run_needs_no_warm_up(cold, monkeypatch):
     feeds = [feeds_for(model, batch=2, seq=9, seed=s) for s in range(3)]
     with record() as first:
         got = prog.run_numpy(feeds[0])
-    assert ctx.warm and ctx.captured == (cold == "1") and "warm-up" not in first.stages
+    assert ctx.warm and not ctx.captured and "warm-up" not in first.stages
     _close(got, _cpu(blob, feeds[0]))
     names = list(exe.lowered.inputs)
     assert exe.native_plan(names, [feeds[0][n] for n in names], 4) is not None

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ...switches import env_choice, env_int
+from ...switches import env_int
 from ...timing import stage
 from . import cuda
 from .errors import DeviceErrors
@@ -50,18 +50,12 @@ def _use_graphs() -> bool:
     return os.environ.get("MIGRAPHX_EP_DISABLE_CUDA_GRAPH", "0") in ("", "0")
 
 
-def _cold_capture() -> bool:
-    """``MIGRAPHX_EP_COLD_CAPTURE`` (default 1): a program's first Run captures its graph at once; 0: the
-    first Run launches its steps eagerly (a warm-up) and the capture follows it."""
-    return env_choice("MIGRAPHX_EP_COLD_CAPTURE", "1", ("0", "1")) == "1"
-
-
 class RunContext:
-    """``defer``: no warm-up or capture now; the first Run (``GpuExecutable.run``) captures the graph
-    without one (``graph_for_run``), or, where that fails or ``MIGRAPHX_EP_COLD_CAPTURE=0``, launches
-    the steps eagerly, which warms them up as the warm-up would, and the graph is captured when first
-    asked for (the native plan right after that Run, or the next Run). A never-seen shape's first Run
-    then executes the program once, not twice (warm-up, then the graph)."""
+    """``defer``: no warm-up or capture now. The first Run (``GpuExecutable.run``) launches the steps
+    eagerly, which warms them up as the warm-up would, and the graph is captured when first asked for
+    (the native plan right after that Run, or the next Run): a never-seen shape's first Run then
+    executes the program once, not twice (warm-up, then the graph). Capturing at once instead, with
+    no warm-up, measured no faster on the H100 (lazy loading then happens inside the capture)."""
 
     def __init__(self, exe: GpuExecutable, defer: bool = False) -> None:
         self.exe = exe
@@ -111,22 +105,6 @@ class RunContext:
         """The captured graph (captured now if it was deferred); None: the steps run one by one."""
         self.prepare()
         return self._graph
-
-    def graph_for_run(self) -> cuda.Graph | None:
-        """The graph a Run launches; None: launch the steps one by one. A deferred context's first Run
-        captures without a warm-up (drivers of CUDA 12.3 on load code inside a capture, and library
-        plans own their workspace); where the capture fails, that Run is eager and is the warm-up."""
-        if self.captured or self.warm:
-            return self.graph
-        if _use_graphs() and self.launches and _cold_capture():
-            try:
-                with stage("graph capture"):
-                    self._graph = cuda.Graph(self.stream, self.issue)
-                self.captured = True
-                return self._graph
-            except Exception as e:  # noqa: BLE001 - a library that will not start inside a capture
-                log.info("capture before a warm-up failed (%s); the first Run warms up", e)
-        return None
 
     def ptr(self, b: Buf) -> int:
         if b.storage.kind == "weight":

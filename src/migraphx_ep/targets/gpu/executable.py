@@ -316,7 +316,7 @@ class GpuExecutable:
                 arr = np.ascontiguousarray(params[name])
                 keep.append(arr)
                 cuda.memcpy_htod(ptr, arr, s)
-            graph = ctx.graph_for_run()  # the first Run: captured cold, or eager as the warm-up
+            graph = ctx.graph if ctx.warm else None  # the first Run is eager: it is the warm-up
             if graph is not None:
                 graph.launch(s)
             else:
