@@ -134,13 +134,14 @@ def reduce_kernel(name: str, op: Op, input: Shape, out: Shape) -> KernelSpec:  #
 
 
 def reduction_kernel(
-    name: str, x: Shape, out: Shape, axes: tuple[int, ...], functor: MakeFunctor, threads: int = 0
+    name: str, x: Shape, out: Shape, axes: tuple[int, ...], functor: MakeFunctor, schedule: str = ""
 ) -> KernelSpec:
     """``out`` (``x`` with ``axes`` reduced to 1) from ``functor``'s state, combine and finish.
 
-    The row and wide schedules pick their threads per row by the sizes (``threads``: forced). The other
-    choice is the kernel's ``others``: compiled beside it, so a shape across the size class (a global
-    pool of a larger image) finds its kernel compiled."""
+    Where the reduced elements sit picks the family (row, or kept-fast); the sizes pick the schedule in
+    it (module doc; ``schedule``: forced). The family's other schedules are the kernel's ``others``,
+    compiled beside it, so a shape of another size class (a global pool of another image size) finds
+    its kernel compiled."""
     rank = x.ndim()
     kept = [d for d in range(rank) if d not in axes]
     kw, rw = walk([x, out], kept, out.strides), walk([x], list(axes), x.strides)
@@ -167,34 +168,45 @@ def reduction_kernel(
     ]
     sched = _Schedule(idx, in_c, init, fn, vector_width(x.type), M, R)
     red_inner, kept_inner = fastest(x, list(axes)), fastest(x, kept)
-    block, other = BLOCK, 0
-    if r <= 16:
+    rows = kept_inner is None or (red_inner is not None and red_inner < kept_inner)
+    chosen = schedule or _schedule(rows, r, m)
+    block = BLOCK
+    if chosen == "thread":
         body, grid = sched.thread(r), grid_for(m)
-    elif kept_inner is None or (red_inner is not None and red_inner < kept_inner):
-        tpr = threads or (BLOCK if (r > 4096 and m < 1024) else 32)
-        other = 32 if tpr == BLOCK else BLOCK
+    elif chosen.startswith("row"):
+        tpr = int(chosen[3:])
         aligned = all(st % sched.v == 0 for st in kw.strides[0])
         contiguous = len(rw.lens) == 1 and rw.strides[0] == [1] and (aligned or p.runtime)
         vok = p(int(aligned)) if contiguous else None
         body, grid = sched.row(tpr, vok), grid_for(m, BLOCK // tpr)
-    elif r >= 128:
-        block = threads or (1024 if r >= _WIDE else BLOCK)
-        other = BLOCK if block == 1024 else 1024
+    elif chosen.startswith("wide"):
+        block = int(chosen[4:])
         vok = p(int(_groups_contiguous(kw, rw, sched.v)))
         body, grid = sched.wide(block, vok), grid_for(-(-m // sched.v), 1)
-    elif m < 65536:
-        body, grid = sched.split(), grid_for(m, 32)
     else:
-        body, grid = sched.thread(r), grid_for(m)
+        body, grid = sched.split(), grid_for(m, 32)
     sig = signature(name, [in_c], [out_c], threads=block, scalars=p.decls())
     src = PRELUDE + f"typedef {s} mx_s;\n" + sig + " {\n" + "\n".join(lam) + "\n" + body + "}\n"
     bits = 64 if idx == "u64" else 32
     spec = KernelSpec(name, src, grid, (block, 1, 1), 0, 1, 1, (), tuple(p.values), bits)
-    if threads or not other:
+    if schedule or r == 0:
         return spec
+    family = ("thread", "row32", f"row{BLOCK}") if rows else ("thread", f"wide{BLOCK}", "wide1024", "split")
+    rest = [f for f in family if f != chosen]
     return dataclasses.replace(
-        spec, others=lambda: [reduction_kernel(KERNEL_SYMBOL, x, out, axes, functor, other)]
+        spec, others=lambda: [reduction_kernel(KERNEL_SYMBOL, x, out, axes, functor, f) for f in rest]
     )
+
+
+def _schedule(rows: bool, r: int, m: int) -> str:
+    """The schedule for ``r`` reduced elements per output and ``m`` outputs (module doc)."""
+    if r <= 16:
+        return "thread"
+    if rows:
+        return f"row{BLOCK}" if (r > 4096 and m < 1024) else "row32"
+    if r >= 128:
+        return "wide1024" if r >= _WIDE else f"wide{BLOCK}"
+    return "split" if m < 65536 else "thread"
 
 
 def _groups_contiguous(kw: Walk, rw: Walk, v: int) -> bool:
