@@ -42,3 +42,25 @@ def test_repeated_convolutions_are_planned_once(monkeypatch):
     model = light_model("resnet50")  # 3-6 identical bottleneck blocks per stage
     run_on_gpu(model, light_input(model), TF32_OFF, rtol=1e-3, atol=1e-4)
     assert calls and len(calls) == len(set(calls)), f"{len(calls) - len(set(calls))} convs planned again"
+
+
+def test_programs_share_loaded_modules_while_they_live(gpu):
+    # A never-seen shape's kernels are nearly all loaded by earlier programs: it takes their modules
+    # (held weakly by the process: a module goes when the last program holding it goes).
+    from migraphx_ep.frontend import model_to_dict, parse_graph
+    from migraphx_ep.ir.dtypes import from_onnx
+    from migraphx_ep.ir.shape import Shape
+
+    model = onnx.load(os.path.join(MODELS, "bert_fp16.onnx"))
+    g = model_to_dict(model)
+
+    def compiled(b: int, s: int):
+        shapes = {n: Shape(from_onnx(g["values"][n]["dtype"]), (b, s)) for n in g["inputs"]}
+        prog = parse_graph(g, shapes, specialize=True).program
+        prog.compile(gpu)
+        prog.run_numpy(feeds_for(model, batch=b, seq=s))
+        return prog
+
+    a, b = compiled(2, 9), compiled(3, 7)
+    common = set(a._exe._modules) & set(b._exe._modules)
+    assert common and all(a._exe._modules[k] is b._exe._modules[k] for k in common)

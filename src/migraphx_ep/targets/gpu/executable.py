@@ -14,6 +14,7 @@ import functools
 import logging
 import threading
 import time
+import weakref
 from collections.abc import Callable, Hashable
 from typing import Any
 
@@ -46,6 +47,11 @@ def _plan_token() -> object | None:
         return _C.PlanToken()
     except (ImportError, AttributeError):
         return None
+
+
+# Loaded modules by (device, image key), while some program holds them (GpuExecutable._module).
+_LOADED: weakref.WeakValueDictionary[tuple[int, str], cuda.Module] = weakref.WeakValueDictionary()
+_LOADED_LOCK = threading.Lock()
 
 
 class GpuExecutable:
@@ -160,8 +166,7 @@ class GpuExecutable:
                 key = keys[spec.source]
                 mod = modules.get(key)
                 if mod is None:
-                    with stage("module load"):
-                        mod = modules[key] = cuda.Module(self._images[key])
+                    mod = modules[key] = self._module(key)
                 ptrs = [ctx.ptr(b) for b in s.reads] + [ctx.ptr(b) for b in s.writes]
                 ptrs += [ctx.errors.pointer(s.spec)] if s.spec.checks else []
                 launches.append(cuda.BoundLaunch(mod.function(spec.name), spec.grid, spec.block,
@@ -210,7 +215,7 @@ class GpuExecutable:
         bound = []
         for sp, ptrs in specs:
             key = source_key(sp.source, self.device.arch)
-            mod = self._modules.get(key) or self._modules.setdefault(key, cuda.Module(self._images[key]))
+            mod = self._modules.get(key) or self._modules.setdefault(key, self._module(key))
             bound.append(cuda.BoundLaunch(mod.function(sp.name), sp.grid, sp.block, sp.shared_bytes, ptrs,
                                           scalars=sp.args, scalar_bits=sp.arg_bits))  # fmt: skip
 
@@ -219,6 +224,16 @@ class GpuExecutable:
                 f(stream)
 
         return launch
+
+    def _module(self, key: str) -> cuda.Module:
+        """The image ``key`` loaded on this device: shared with the live programs that loaded it (a
+        never-seen shape's kernels are nearly all loaded already), unloaded when none holds it."""
+        with _LOADED_LOCK:
+            mod = _LOADED.get((self.device.id, key))
+            if mod is None:
+                with stage("module load"):
+                    mod = _LOADED[(self.device.id, key)] = cuda.Module(self._images[key])
+            return mod
 
     def _compile_kernels(self, specs: list[KernelSpec]) -> dict[str, str]:
         """Every spec's image in ``_images``; each source's image key."""
