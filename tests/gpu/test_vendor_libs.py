@@ -171,6 +171,37 @@ def test_cudnn_layout_helpers():
     assert stem == (1, 64, 112, 112)
 
 
+def test_a_handle_serves_one_caller_at_a_time():
+    # cuDNN keeps a stream in its handle: a Run's convolution and a background search each borrow their
+    # own (libs.HandlePool), made as needed per device and handed back for the next caller.
+    import threading
+
+    made = itertools.count(1)
+    device = {"id": 0}
+    pool = libs.HandlePool(lambda: next(made), lambda: device["id"])
+    with pool.borrow() as a, pool.borrow() as b:
+        assert a != b  # two callers at once: two handles
+    with pool.borrow() as c:
+        assert c in (a, b)  # handed back, lent again
+    device["id"] = 1
+    with pool.borrow() as d:
+        assert d not in (a, b)  # another device: its own handles
+    device["id"] = 0
+    held, inside = [], threading.Barrier(4)
+
+    def caller() -> None:
+        with pool.borrow() as h:
+            held.append(h)
+            inside.wait(timeout=10)  # all four hold one at once
+
+    threads = [threading.Thread(target=caller) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(set(held)) == 4
+
+
 def test_plan_conv_rejects_before_touching_a_gpu():
     x, w, y = Shape(F32, (1, 4, 8, 8)), Shape(F32, (4, 4, 3, 3)), Shape(F32, (1, 4, 8, 8))
     args = dict(bias=False, relu=False, residual=False, allow_tf32=False)

@@ -15,6 +15,7 @@ Enum values carry the C names from cudnn_graph.h / cudnn_ops.h / cudnn_cnn.h on 
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -98,12 +99,12 @@ def _create_handle() -> int:
     return int(p.value or 0)
 
 
-_HANDLES = libs.DeviceHandles(_create_handle)
+_HANDLES = libs.HandlePool(_create_handle)
 
 
-def handle() -> int:
-    """The cuDNN handle of the current device, created on first use and kept for the process."""
-    return _HANDLES.get()
+def borrow_handle() -> contextlib.AbstractContextManager[int]:
+    """A cuDNN handle of the current device that no other caller uses until the block ends."""
+    return _HANDLES.borrow()
 
 
 def _ints(values: Sequence[int]) -> ctypes.Array:
@@ -175,7 +176,9 @@ class ConvPlan:
             self.wanted_math = CUDNN_DEFAULT_MATH
         self.one, self.zero = scalar(1.0), scalar(0.0)
         self.algo, self.math, self.fused, self.workspace_size = -1, self.wanted_math, False, 0
-        self.handle = 0  # set by plan_conv: creating one needs a GPU, describing the conv does not
+        # The device: what the pick memo keys picks by (tuning.py). Calls borrow a handle each
+        # (borrow_handle): a cuDNN handle serves one thread at a time.
+        self.handle = -1
         self._descs: list[tuple[str, int]] = []  # (destroy function, descriptor), freed by close()
         flags = f"{int(bias)}{int(relu)}{int(residual)}"
         self.key = f"{self.dtype.name}:{':'.join(map(repr, shapes))}:{conv}:{flags}:{self.wanted_math}"
@@ -247,7 +250,8 @@ class ConvPlan:
         """Bytes ``algo`` needs with the current math type; None when cuDNN cannot run it."""
         size = ctypes.c_size_t(0)
         descs = (self.x_desc, self.w_desc, self.conv_desc, self.y_desc)
-        st = lib().cudnnGetConvolutionForwardWorkspaceSize(self.handle, *descs, algo, ctypes.byref(size))
+        with borrow_handle() as h:
+            st = lib().cudnnGetConvolutionForwardWorkspaceSize(h, *descs, algo, ctypes.byref(size))
         return int(size.value) if st == CUDNN_STATUS_SUCCESS else None
 
     # -- algorithm choice ------------------------------------------------------------------------------
@@ -303,13 +307,15 @@ class ConvPlan:
         missing = [k for k, need in needed.items() if need and not given[k]]
         if missing or self.algo < 0:
             raise DnnError(f"null pointers {missing} or no algorithm chosen for {self.describe()}")
-        self._call("cudnnSetStream", self.handle, stream)
-        fn, st = self.enqueue(x_ptr, w_ptr, y_ptr, bias_ptr, z_ptr, workspace_ptr)
+        with borrow_handle() as h:  # its stream is this call's until the block ends
+            self._call("cudnnSetStream", h, stream)
+            fn, st = self.enqueue(h, x_ptr, w_ptr, y_ptr, bias_ptr, z_ptr, workspace_ptr)
         self._check(st, fn)
 
-    def enqueue(self, x: int, w: int, y: int, bias: int, z: int, ws: int) -> tuple[str, int]:
-        """Issue the plan's calls on the handle's stream; (call, status) of the first failure or ('', 0)."""
-        dnn, h, one, zero = lib(), self.handle, ctypes.byref(self.one), ctypes.byref(self.zero)
+    def enqueue(self, h: int, x: int, w: int, y: int, bias: int, z: int, ws: int) -> tuple[str, int]:
+        """Issue the plan's calls on handle ``h``'s stream; (call, status) of the first failure or
+        ('', 0)."""
+        dnn, one, zero = lib(), ctypes.byref(self.one), ctypes.byref(self.zero)
         conv = (h, one, self.x_desc, x, self.w_desc, w, self.conv_desc, self.algo, ws, self.workspace_size)
         if self.fused:  # z aliasing y is allowed; with alpha2 = 0 z is not read
             zz, alpha2 = (z, one) if self.residual else (y, zero)
@@ -347,11 +353,17 @@ class ConvPlan:
 
 def _search(plan: ConvPlan, limit: int, exhaustive: bool) -> None:
     """Choose the algorithm (cudnnFind on scratch buffers, else cuDNN's heuristic) and whether the fused
-    call takes it (a trial run), on a private stream; the scratch memory is freed before returning."""
+    call takes it (a trial run), on a private stream and a borrowed handle; the scratch memory is freed
+    before returning."""
+    with borrow_handle() as h:
+        _search_on(plan, limit, exhaustive, h)
+
+
+def _search_on(plan: ConvPlan, limit: int, exhaustive: bool, h: int) -> None:
     from . import cuda
 
     x, w, y, z = plan.shapes
-    dnn, h = lib(), plan.handle
+    dnn = lib()
     stream, bufs = cuda.Stream(), []
 
     def scratch(nbytes: int) -> int:
@@ -385,16 +397,16 @@ def _search(plan: ConvPlan, limit: int, exhaustive: bool) -> None:
                 f"cuDNN has no algorithm within {limit} bytes of workspace for {plan.describe()}"
             )
         if timed and len(taken) > 1:  # Find times each once: time its best few again, steadily
-            taken.insert(0, _retimed(plan, taken[:_RETIME], limit, stream, xp, wp, yp, bp, zp, scratch))
+            taken.insert(0, _retimed(plan, taken[:_RETIME], limit, stream, h, xp, wp, yp, bp, zp, scratch))
         plan.choose(*taken[0], limit)
         if _fusable(plan.bias, plan.relu, plan.algo):
             plan.fused = True
             ws = scratch(plan.workspace_size) if plan.workspace_size else 0
-            plan.fused = plan.enqueue(xp, wp, yp, bp, zp, ws)[1] == CUDNN_STATUS_SUCCESS
+            plan.fused = plan.enqueue(h, xp, wp, yp, bp, zp, ws)[1] == CUDNN_STATUS_SUCCESS
     finally:
         try:
             stream.sync()
-            dnn.cudnnSetStream(h, None)  # the private stream dies here; run() sets its own each time
+            dnn.cudnnSetStream(h, None)  # the private stream dies here; run() sets its own each call
         finally:
             for b in bufs:
                 b.free()
@@ -404,11 +416,11 @@ _RETIME = 4  # Find's fastest few, timed again (autotune.fastest)
 
 
 def _retimed(
-    plan: ConvPlan, cands: list[tuple[int, int]], limit: int, stream: Any, *buffers: Any
+    plan: ConvPlan, cands: list[tuple[int, int]], limit: int, stream: Any, h: int, *buffers: Any
 ) -> tuple[int, int]:
     """The fastest of ``cands`` ((algo, math) pairs cuDNN runs within ``limit``) as the plan will call it,
     fused or not, timed by ``autotune.fastest`` on ``buffers`` (x, w, y, bias, z pointers and the scratch
-    allocator); the first when none can be timed. The runs go to the handle's stream, ``stream``."""
+    allocator); the first when none can be timed. The runs go to handle ``h``'s stream, ``stream``."""
     from .autotune import fastest
 
     x, w, y, bias, z, scratch = buffers
@@ -420,14 +432,14 @@ def _retimed(
             if not plan.choose(algo, math, limit):
                 return False
             plan.fused = _fusable(plan.bias, plan.relu, algo)
-            if plan.enqueue(x, w, y, bias, z, ws)[1] == CUDNN_STATUS_SUCCESS:
+            if plan.enqueue(h, x, w, y, bias, z, ws)[1] == CUDNN_STATUS_SUCCESS:
                 return True
             # cuDNN refused the fused call: the plan runs this algorithm unfused then (plan_conv's
             # end), so time it that way rather than drop what may be the fastest algorithm.
             if not plan.fused:
                 return False
             plan.fused = False
-            return plan.enqueue(x, w, y, bias, z, ws)[1] == CUDNN_STATUS_SUCCESS
+            return plan.enqueue(h, x, w, y, bias, z, ws)[1] == CUDNN_STATUS_SUCCESS
 
         return run
 
@@ -472,7 +484,7 @@ def plan_conv(
     if y.lens != output_lens(x, w, pads, strides, dils) or z.lens != y.lens:
         raise ValueError(f"convolution: output {y} / residual {z} do not fit x {x}, w {w}")
     plan = ConvPlan(t, (x, w, y, z), (pads, strides, dils, groups), bias, relu, residual, allow_tf32)
-    plan.handle = handle()
+    plan.handle = libs.current_device()
     if tuned and plan.restore(tuned, workspace_limit):
         return plan
     if restore_pick(plan, "conv", workspace_limit, exhaustive):

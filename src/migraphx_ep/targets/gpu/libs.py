@@ -21,11 +21,12 @@ swap of these declarations. Modules and launches already go through ``cuda.bindi
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import importlib.util
 import os
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 CUBLASLT_ENV = "MIGRAPHX_EP_CUBLASLT"
@@ -268,6 +269,41 @@ def reset_cache() -> None:
         _FAILED.clear()
         PATHS.clear()
         PRELOAD_ERRORS.clear()
+
+
+def current_device() -> int:
+    """The current CUDA device's ordinal."""
+    from . import cuda
+
+    return cuda.Device.current().id
+
+
+class HandlePool:
+    """Library handles per device, each lent to one caller at a time (``borrow``), made as needed and
+    kept for the process. cuDNN keeps a stream in its handle (``cudnnSetStream``, then the call), and a
+    handle must not serve two threads at once: a Run launching its steps eagerly and a background
+    search would set each other's streams, putting a convolution on the wrong stream (unordered, or
+    outside a graph being captured) or a search's kernels after their scratch memory is freed. The pool
+    grows to the number of callers at once."""
+
+    def __init__(self, create: Callable[[], int], device: Callable[[], int] | None = None) -> None:
+        self._create = create
+        self._device = device or current_device
+        self._lock = threading.Lock()
+        self._free: dict[int, list[int]] = {}
+
+    @contextlib.contextmanager
+    def borrow(self) -> Iterator[int]:
+        dev = self._device()
+        with self._lock:
+            free = self._free.setdefault(dev, [])
+            h = free.pop() if free else 0
+        h = h or self._create()
+        try:
+            yield h
+        finally:
+            with self._lock:
+                self._free[dev].append(h)
 
 
 class DeviceHandles:
