@@ -355,8 +355,11 @@ class GpuExecutable:
         fused node's inputs ``input_names`` as given in ``arrays``; None when it cannot (no CUDA graph,
         or an input whose bytes differ from the parameter's, e.g. a converted type)."""
         first = self.contexts[0]
-        # first.graph: captured now if the first Run ran eagerly (RunContext's defer), without a warm-up.
-        if (first.graph is None and first.launches) or type(first.lock).__name__ != "RunLock":
+        if type(first.lock).__name__ != "RunLock":
+            return None
+        with first.lock:  # a deferred capture (RunContext) while another thread's Run uses the stream
+            graph = first.graph  # would capture that Run's launches too, or invalidate the capture
+        if graph is None and first.launches:
             return None
         shapes = {name: shape for name, _, shape in first.inputs}
         input_bytes, pads = [], []
