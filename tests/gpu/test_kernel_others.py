@@ -15,8 +15,8 @@ from migraphx_ep.targets.gpu.kernels.spec import canonical
 F = DType.float_type
 
 
-def _nhwc(c: int, h: int, w: int) -> Shape:
-    return Shape(F, (1, c, h, w), (h * w * c, 1, w * c, c))
+def _nhwc(c: int, h: int, w: int, n: int = 1) -> Shape:
+    return Shape(F, (n, c, h, w), (h * w * c, 1, w * c, c))
 
 
 def _sources(spec) -> set[str]:
@@ -46,3 +46,16 @@ def test_row_reductions_carry_their_threads_per_row():
     seen = _sources(mean(64, 300))
     got = {canonical(mean(rows, n)).source for rows, n in [(64, 300), (8, 10000), (64, 9)]}
     assert len(got) == 3 and got <= seen
+
+
+def test_a_reduction_at_batch_n_carries_its_batch_1_family():
+    # ResNet's global pool over 7 x 7 at batch 55 (the thread schedule: 112640 outputs) and at batch 1
+    # (2048 outputs, split; the batch dim drops out of the index math): compiled with the first.
+    def pool(n: int, h: int, w: int):
+        op = make_op("pooling", mode="average", lengths=(h, w))
+        out = Shape(F, (n, 2048, 1, 1), (2048, 1, 2048, 2048))
+        return pooling_kernel("k_pool", op, _nhwc(2048, h, w, n), out)
+
+    seen = _sources(pool(55, 7, 7))
+    got = {canonical(pool(n, h, w)).source for n, h, w in [(55, 7, 7), (1, 7, 7), (1, 30, 30), (40, 2, 2)]}
+    assert len(got) >= 3 and got <= seen

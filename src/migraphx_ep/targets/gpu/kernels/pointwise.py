@@ -28,6 +28,7 @@ from .prelude import (
     FP8,
     NARROW,
     PRELUDE,
+    batch_of_one,
     c_literal,
     check_strides,
     collapse,
@@ -216,10 +217,7 @@ def pointwise_kernel(name: str, expr: PwExpr, inputs: list[Shape], out: Shape) -
         return spec
 
     def others() -> list[KernelSpec]:
-        def one(s: Shape) -> Shape:
-            return Shape(s.type, (1, *s.lens[1:]), s.strides)
-
-        return [_pointwise_kernel(KERNEL_SYMBOL, expr, [one(s) for s in inputs], one(out))]
+        return [_pointwise_kernel(KERNEL_SYMBOL, expr, [batch_of_one(s) for s in inputs], batch_of_one(out))]
 
     return dataclasses.replace(spec, others=others)
 

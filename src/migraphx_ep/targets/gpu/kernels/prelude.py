@@ -104,6 +104,13 @@ def span(*shapes: Shape) -> int:
     return max((max(s.elements(), s.element_space()) for s in shapes), default=0)
 
 
+def batch_of_one(s: Shape) -> Shape:
+    """``s`` with its first dim 1, strides kept: the shape a kernel has at batch 1. There the batch dim
+    drops out of the index math, so a kernel's batch-1 source differs and is compiled beside it
+    (``KernelSpec.others``)."""
+    return Shape(s.type, (1, *s.lens[1:]), s.strides)
+
+
 def collapse(lens: Sequence[int], strides: Sequence[Sequence[int]]) -> tuple[list[int], list[list[int]]]:
     """Drop length-1 dims and merge neighbours that are contiguous in every tensor (fewer divisions).
 

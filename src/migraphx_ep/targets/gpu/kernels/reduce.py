@@ -33,6 +33,7 @@ from .prelude import (
     NARROW,
     PRELUDE,
     Walk,
+    batch_of_one,
     c_literal,
     c_type,
     check_strides,
@@ -193,9 +194,15 @@ def reduction_kernel(
         return spec
     family = ("thread", "row32", f"row{BLOCK}") if rows else ("thread", f"wide{BLOCK}", "wide1024", "split")
     rest = [f for f in family if f != chosen]
-    return dataclasses.replace(
-        spec, others=lambda: [reduction_kernel(KERNEL_SYMBOL, x, out, axes, functor, f) for f in rest]
-    )
+
+    def others() -> list[KernelSpec]:
+        specs = [reduction_kernel(KERNEL_SYMBOL, x, out, axes, functor, f) for f in rest]
+        if x.ndim() >= 2 and x.lens[0] > 1:  # and at batch 1, where the batch dim drops out
+            one = reduction_kernel(KERNEL_SYMBOL, batch_of_one(x), batch_of_one(out), axes, functor)
+            specs += [one, *(one.others() if one.others is not None else [])]
+        return specs
+
+    return dataclasses.replace(spec, others=others)
 
 
 def _schedule(rows: bool, r: int, m: int) -> str:
