@@ -505,7 +505,10 @@ def test_conv_reload_and_heuristic_only(cudnn, monkeypatch):
         m.setattr(dnn, "_search", lambda *a, **k: pytest.fail("searched on reload"))
         again = run_conv(cudnn, F16, "3x3", nhwc=True, bias=True, relu=True, tuned=saved)
     assert again.to_dict() == saved and again.workspace_size == plan.workspace_size
-    run_conv(cudnn, F16, "3x3", nhwc=True, bias=True, relu=True, exhaustive=False)
+    # Heuristic only (a quick pick): no trial of the fused call on scratch memory, so bias and relu
+    # run as calls of their own -- with the same answers (run_conv checks them).
+    quick = run_conv(cudnn, F16, "3x3", nhwc=True, bias=True, relu=True, exhaustive=False)
+    assert not quick.fused
     run_conv(cudnn, F16, "3x3", nhwc=True, bias=True, relu=True, tuned=dict(saved, key="other"))
 
 

@@ -372,9 +372,10 @@ def _search_on(plan: ConvPlan, limit: int, exhaustive: bool, h: int) -> None:
 
     try:
         plan._call("cudnnSetStream", h, stream.handle)
-        xp, wp, yp = scratch(x.bytes()), scratch(w.bytes()), scratch(y.bytes())
-        zp = scratch(z.bytes()) if plan.residual else 0
-        bp = scratch(y.lens[1] * y.type_size()) if plan.bias else 0
+        # Scratch tensors for Find and the fused call's trial; a quick pick runs neither (below).
+        xp, wp, yp = (scratch(t.bytes()) if exhaustive else 0 for t in (x, w, y))
+        zp = scratch(z.bytes()) if plan.residual and exhaustive else 0
+        bp = scratch(y.lens[1] * y.type_size()) if plan.bias and exhaustive else 0
         count = ctypes.c_int(0)
         plan._call("cudnnGetConvolutionForwardAlgorithmMaxCount", h, ctypes.byref(count))
         n = max(count.value, CUDNN_CONVOLUTION_FWD_ALGO_COUNT)
@@ -399,7 +400,11 @@ def _search_on(plan: ConvPlan, limit: int, exhaustive: bool, h: int) -> None:
         if timed and len(taken) > 1:  # Find times each once: time its best few again, steadily
             taken.insert(0, _retimed(plan, taken[:_RETIME], limit, stream, h, xp, wp, yp, bp, zp, scratch))
         plan.choose(*taken[0], limit)
-        if _fusable(plan.bias, plan.relu, plan.algo):
+        # A quick pick (a program on a Run's critical path, replaced by a timed one soon) runs the
+        # bias and activation as calls of their own: whether cuDNN takes the fused call is learnt only
+        # by making it, on scratch memory, with a sync; for ~60 convolutions of a detector's new image
+        # size that trial was most of the search.
+        if exhaustive and _fusable(plan.bias, plan.relu, plan.algo):
             plan.fused = True
             ws = scratch(plan.workspace_size) if plan.workspace_size else 0
             plan.fused = plan.enqueue(h, xp, wp, yp, bp, zp, ws)[1] == CUDNN_STATUS_SUCCESS
