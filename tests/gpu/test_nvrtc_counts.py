@@ -139,3 +139,28 @@ def test_repeated_layers_compile_each_kernel_body_once(monkeypatch):
     d = delta(before)
     assert d["compiled"] + d["cache hits"] + d["disk hits"] == 11 + len(fresh) and len(exe._images) == 11
     assert all(nvrtc.has_image(nvrtc.source_key(o, ARCH)) for o in others)
+
+
+def test_variants_that_fail_only_warn(caplog):
+    # Making or compiling a kernel's variants for other sizes must not fail the program at hand.
+    import dataclasses
+
+    exe = GpuExecutable.__new__(GpuExecutable)
+    exe.device, exe._images = types.SimpleNamespace(arch=ARCH), {}
+    shape = Shape(DType.float_type, (1, 35))
+    spec = K.pointwise_kernel(
+        "k_variants_fail", PwOp(OPS["exp"](), (PwInput(0),), DType.float_type), [shape], shape
+    )
+
+    def broken() -> list:
+        raise ValueError("no variant here")
+
+    bad_source = dataclasses.replace(spec, name="mx_kernel", source="this is not CUDA", others=None)
+    for others in (broken, lambda: [bad_source]):
+        exe._images = {}
+        with caplog.at_level("WARNING", logger="migraphx_ep.gpu"):
+            exe._compile_kernels(
+                [dataclasses.replace(spec, source=spec.source + f"// {id(others)}\n", others=others)]
+            )
+        assert len(exe._images) == 1
+    assert "were not made" in caplog.text and "did not compile" in caplog.text

@@ -127,7 +127,7 @@ def compile_images(specs: list[KernelSpec], arch: str, images: dict[str, bytes])
             return keys
         others = {}
         for sp in todo.values():
-            for o in sp.others() if sp.others is not None else ():
+            for o in _others(sp):
                 k = source_key(o.source, arch)
                 if k not in todo and not has_image(k):
                     others[k] = o
@@ -140,6 +140,18 @@ def compile_images(specs: list[KernelSpec], arch: str, images: dict[str, bytes])
             compiled = list(mapped)
         images.update(zip(todo.keys(), compiled, strict=True))
     return keys
+
+
+def _others(spec: KernelSpec) -> list[KernelSpec]:
+    """``spec``'s variants for other size classes; none where making them fails (a later shape that
+    takes one then generates and compiles it itself, where its error then stops it)."""
+    if spec.others is None:
+        return []
+    try:
+        return spec.others()
+    except Exception as e:  # noqa: BLE001 - the program at hand does not run them
+        log.warning("kernel variants for other sizes of %s were not made (%s)", spec.name, e)
+        return []
 
 
 def _compile_spare(spec: KernelSpec, arch: str) -> None:
