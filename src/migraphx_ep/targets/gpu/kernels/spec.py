@@ -57,8 +57,10 @@ class KernelSpec:
     # ``arg_bits``: shape numbers kept out of the source so other shapes reuse the compiled kernel.
     args: tuple[int, ...] = ()
     arg_bits: int = 32
-    # The kernels the same op takes at other sizes (attention's key splits), under KERNEL_SYMBOL: made
-    # and compiled only when this one really compiles, beside it, so a later shape finds them compiled.
+    # The kernels the same op takes at other size classes (attention's key splits, the batch-1 twin of
+    # pointwise and reduction kernels, a reduction's other schedules), under KERNEL_SYMBOL: made and
+    # compiled only when this one really compiles, beside it (nvrtc.compile_images), so a later shape
+    # finds them compiled.
     others: Callable[[], list[KernelSpec]] | None = field(default=None, compare=False, repr=False)
 
 
