@@ -103,3 +103,71 @@ def test_partition_refuses_string_tensors():
     )
     p = partition(model_to_dict(m))
     assert p.groups == [] and "unsupported ONNX element type 8" in p.refused[0]
+
+
+def _model_graphs() -> list[tuple[str, dict]]:
+    import glob
+    import os
+
+    import onnx
+
+    here = os.path.join(os.path.dirname(os.path.dirname(__file__)), "models")
+    return [(os.path.basename(p), model_to_dict(onnx.load(p))) for p in sorted(glob.glob(f"{here}/*.onnx"))]
+
+
+def test_a_graph_claimed_whole_is_probed_once_and_the_skipped_probe_would_refuse_nothing(monkeypatch):
+    # partition() skips the group-aware re-probe when the first probe refused nothing and every node
+    # forms one group: the skipped probe, run here, must refuse nothing, for the ref target (no veto)
+    # and with the gpu target's veto.
+    import functools
+
+    from migraphx_ep.ep import partition as part
+    from migraphx_ep.targets.gpu.support import instruction_supported
+
+    calls: list[dict] = []
+    real = part.probe_parse
+
+    def counted(graph, **kw):
+        calls.append(kw)
+        return real(graph, **kw)
+
+    monkeypatch.setattr(part, "probe_parse", counted)
+    whole = 0
+    for name, g in _model_graphs():
+        for check in (None, functools.partial(instruction_supported, cc=(9, 0))):
+            calls.clear()
+            p = partition(g, check)
+            if p.refused or len(p.groups) != 1:
+                continue
+            whole += 1
+            assert len(calls) == 1, f"{name}: {len(calls)} probes for a graph claimed whole"
+            group_of = {i: 0 for i in p.groups[0]}
+            again = part._probe(g, {}, claimed=set(group_of), group_of=group_of, specialize=True, check=check)
+            assert again == {}, f"{name}: the skipped probe refuses {again}"
+    assert whole >= 10, whole  # the shipped models are claimed whole on both targets
+
+
+def test_a_graph_with_refusals_is_still_probed_by_group(monkeypatch):
+    from migraphx_ep.ep import partition as part
+
+    calls: list[dict] = []
+    real = part.probe_parse
+    monkeypatch.setattr(part, "probe_parse", lambda graph, **kw: calls.append(kw) or real(graph, **kw))
+    g = model_to_dict(
+        h.make_model(
+            h.make_graph(
+                [
+                    h.make_node("Relu", ["x"], ["a"]),
+                    h.make_node("NoSuchOp", ["a"], ["b"], domain="example.com"),
+                    h.make_node("Neg", ["x"], ["c"]),
+                ],
+                "g",
+                [h.make_tensor_value_info("x", T.FLOAT, [2])],
+                [h.make_tensor_value_info(n, T.FLOAT, [2]) for n in ("b", "c")],
+            ),
+            opset_imports=[h.make_opsetid("", 17), h.make_opsetid("example.com", 1)],
+        )
+    )
+    p = partition(g)
+    assert p.groups == [[0], [2]] and 1 in p.refused
+    assert any("group_of" in kw for kw in calls), "the group-aware probe did not run"
