@@ -11,11 +11,12 @@ from __future__ import annotations
 
 import os
 import re
-
-import onnx
-from onnx import helper
+from typing import TYPE_CHECKING
 
 from ..frontend.graph import graph_to_dict
+
+if TYPE_CHECKING:  # imported where used: only a recompile from the original model needs onnx
+    import onnx
 
 
 class SourceUnavailable(ValueError):
@@ -42,6 +43,9 @@ def beside_model(model_path: str, name: str) -> str:
 def original_subgraph(graph: dict) -> dict:
     """The Compile graph dict of the partition behind ``graph``'s EPContext node, from the original
     model (``onnx_model_filename``, beside the EPContext model)."""
+    import onnx
+    from onnx import helper
+
     name = graph["nodes"][0].get("attributes", {}).get("onnx_model_filename")
     if not isinstance(name, str) or not name:
         raise SourceUnavailable("the node names no original model (onnx_model_filename)")
@@ -120,6 +124,8 @@ def _partition(
 
 def _outer_names(node: onnx.NodeProto) -> set[str]:
     """Values of the enclosing graph that ``node``'s subgraphs (If/Loop/Scan bodies) read."""
+    import onnx
+
     names: set[str] = set()
     for a in node.attribute:
         for body in [a.g] if a.type == onnx.AttributeProto.GRAPH else list(a.graphs):
