@@ -8,6 +8,8 @@ Each ``--dim NAME=LO:HI[:STEP]`` draws the model's symbolic dim ``NAME`` (for in
 sequence shared by every system. Per system it reports: the first call (session + first compile), the
 latency of calls whose shape was never seen (p50 / p95 / max), of calls whose shape was seen, the
 NVRTC compiles and program compiles after the first call (ours), and the total time of the sequence.
+``--extra`` also reports what being new cost each never-seen shape: its call minus a second call with
+the same feeds right after (the issue's "extra" cost; the plain p50/p95 include the model's own time).
 ``torch_dynamic`` is ``torch.compile(module, dynamic=True)`` on the same call sequence, for a model of
 ``bench/torch_models.py`` named by ``--torch-model`` (its inputs arrive from the host and its outputs go
 back there, as ORT's numpy I/O does). ``--steady`` then compares, for a few of the shapes, a Run in this
@@ -112,10 +114,14 @@ def _pct(xs: list[float], q: float) -> float | None:
 
 
 def run_system(
-    system: str, path: str, model, seq, fp16: bool, seed: int, torch_model: str = "", gap: tuple = (0, 0.0)
-) -> dict:
+    system: str, path: str, model, seq, fp16: bool, seed: int, torch_model: str = "", gap: tuple = (0, 0.0),
+    extra: bool = False,
+) -> dict:  # fmt: skip
     """``gap``: (every, seconds) idle after every ``every``-th call (a workload whose new shapes come
-    now and then, so background compiles run between them); the idle time is not in ``sequence_s``."""
+    now and then, so background compiles run between them); the idle time is not in ``sequence_s``.
+    ``extra``: each never-seen shape's call is followed by a second call with the same feeds, whose
+    time is subtracted (``new_shape_extra_ms_*``: what being new cost beyond running the model at that
+    shape) and kept out of ``sequence_s``."""
     counters = background = None
     if system == "migraphx_ep":
         from migraphx_ep.ep.background import BACKGROUND
@@ -126,7 +132,7 @@ def run_system(
     sess = _session(system, path, fp16, torch_model)
     rng = np.random.default_rng(seed)
     seen: set[tuple] = set()
-    new_ms, old_ms, first_s = [], [], 0.0
+    new_ms, old_ms, extra_ms, first_s = [], [], [], 0.0
     nvrtc_after_first = 0
     stages = CompileTimes()  # where the compiles after the first call spent their time (ours)
     start = time.perf_counter()
@@ -149,6 +155,12 @@ def run_system(
         with record(call_stages) if new else nullcontext():
             sess.run(None, feeds)
         ms = (time.perf_counter() - t) * 1e3
+        if new and extra:
+            t = time.perf_counter()
+            sess.run(None, feeds)
+            again = time.perf_counter() - t
+            extra_ms.append(ms - again * 1e3)
+            idle += again
         if new:
             stages.merge(call_stages)
             stages.total += call_stages.total
@@ -167,6 +179,8 @@ def run_system(
         "new_shape_ms_p50": _pct(new_ms, 0.5), "new_shape_ms_p95": _pct(new_ms, 0.95),
         "new_shape_ms_max": max(new_ms) if new_ms else None, "seen_shape_ms_p50": _pct(old_ms, 0.5),
         "sequence_s": total_s, "gc_s": round(gc_clock.seconds, 3),
+        **({"new_shape_extra_ms_p50": _pct(extra_ms, 0.5), "new_shape_extra_ms_p95": _pct(extra_ms, 0.95),
+            "new_shape_extra_ms_max": max(extra_ms)} if extra_ms else {}),
         "gc_max_ms": round(gc_clock.longest * 1e3, 1),
     }  # fmt: skip
     gc_clock.close()
@@ -294,6 +308,7 @@ def main() -> None:
     ap.add_argument("--baked-sizes", action="store_true", help="MIGRAPHX_EP_RUNTIME_SIZES=0 (the sequence)")
     ap.add_argument("--gap-every", type=int, default=0, help="idle after every N calls (with --gap-s)")
     ap.add_argument("--gap-s", type=float, default=0.0, help="seconds of idle (not counted in the total)")
+    ap.add_argument("--extra", action="store_true", help="also time each new shape again: its extra cost")
     a = ap.parse_args()
     if a.gap_every < 0 or a.gap_s < 0 or bool(a.gap_every) != bool(a.gap_s):
         ap.error("--gap-every and --gap-s go together, and neither may be negative")
@@ -304,7 +319,8 @@ def main() -> None:
     model = onnx.load(a.model, load_external_data=False)
     seq = _sequence(_ranges(a.dim), a.calls, a.seed)
     for system in a.systems.split(","):
-        rec = run_system(system, a.model, model, seq, a.fp16, a.seed, a.torch_model, (a.gap_every, a.gap_s))
+        gap = (a.gap_every, a.gap_s)
+        rec = run_system(system, a.model, model, seq, a.fp16, a.seed, a.torch_model, gap, a.extra)
         sess = rec.pop("_session")
         rec["model"] = Path(a.model).name
         if a.gap_every:
