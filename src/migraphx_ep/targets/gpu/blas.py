@@ -20,7 +20,7 @@ from collections.abc import Callable
 from dataclasses import astuple, dataclass
 
 from ...ir.dtypes import DType, to_numpy
-from . import libs
+from . import libs, warm_algos
 from .kernels.spec import Unsupported
 from .libs import HeuristicResult, MatmulAlgo
 from .tuning import keep_pick, restore_pick
@@ -245,6 +245,10 @@ class GemmPlan:
             f"{self.dtype.name}:{batch}x{m}x{n}x{k}:{strides}:{compute}:{bias}{relu}:{beta != 0}:{alignment}"
         )
         self.swap, p, q, d = map_gemm(batch, m, n, k, *layouts, bias)
+        # GEMMs whose algorithms may serve each other at other sizes (warm_algos.py)
+        self.family = (self.dtype.name, compute, bias, relu, beta != 0, alignment, p.op, q.op, self.swap,
+                       batch > 1)  # fmt: skip
+        self._noted = False  # the chosen algorithm's run is known to warm_algos
         why = quant_layout_reason(self.dtype, batch, p, q, d) if quant else None
         if why:
             raise Unsupported(why)
@@ -315,19 +319,27 @@ class GemmPlan:
     def restore(self, saved: dict, workspace_limit: int) -> bool:
         """Use a saved algorithm when it is for this GEMM and this cuBLASLt and still passes AlgoCheck."""
         raw = bytes.fromhex(str(saved.get("algo", "")))
-        if saved.get("key") != self.key or saved.get("version") != version() or len(raw) != 64:
+        if saved.get("key") != self.key or saved.get("version") != version():
+            return False
+        return self.take(raw, workspace_limit)
+
+    def take(self, raw: bytes, workspace_limit: int) -> bool:
+        """Use algorithm ``raw`` (a cublasLtMatmulAlgo_t's bytes) if AlgoCheck accepts it for this GEMM
+        within ``workspace_limit``."""
+        if len(raw) != ctypes.sizeof(MatmulAlgo):
             return False
         algo, result = MatmulAlgo.from_buffer_copy(raw), HeuristicResult()
         args = (self.handle, self.desc, *self._all_layouts, ctypes.byref(algo), ctypes.byref(result))
         st = lib().cublasLtMatmulAlgoCheck(*args)
         if st != CUBLAS_STATUS_SUCCESS or result.workspaceSize > workspace_limit:
             return False
-        self.algo, self.workspace_size = algo, int(result.workspaceSize)
+        self.algo, self.workspace_size, self._noted = algo, int(result.workspaceSize), False
         return True
 
     def choose(self, candidate: HeuristicResult) -> None:
         self.algo = MatmulAlgo.from_buffer_copy(bytes(candidate.algo))
         self.workspace_size = int(candidate.workspaceSize)
+        self._noted = False
 
     def to_dict(self) -> dict:
         algo = bytes(self.algo).hex()
@@ -352,6 +364,9 @@ class GemmPlan:
         self._call("cublasLtMatmul", self.handle, self.desc, ctypes.byref(self.alpha), p, self.p_layout, q,
                    self.q_layout, ctypes.byref(self.beta), c_ptr, self.d_layout, d_ptr, self.d_layout,
                    ctypes.byref(self.algo), workspace_ptr, self.workspace_size, stream)  # fmt: skip
+        if not self._noted:
+            warm_algos.note_run(self, bytes(self.algo))
+            self._noted = True
 
     def close(self) -> None:
         while self._descs:
@@ -425,6 +440,14 @@ def plan_gemm(
     found = plan.heuristics(workspace_limit)
     if not found:
         raise Unsupported(f"cuBLASLt has no algorithm for {plan.describe()}")
-    plan.choose(_fastest(plan, found) if tune and len(found) > 1 else found[0])
+    if tune:
+        plan.choose(_fastest(plan, found) if len(found) > 1 else found[0])
+    else:  # a quick pick: an algorithm this process has run, where one serves (warm_algos.py)
+        raws = [bytes(r.algo) for r in found]
+        warm = warm_algos.pick(plan, raws, lambda raw: plan.take(raw, workspace_limit))
+        if warm in raws:
+            plan.choose(found[raws.index(warm)])
+        elif warm is None:
+            plan.choose(found[0])  # else pick() took a warm algorithm of the family (plan.take)
     keep_pick(plan, "gemm", workspace_limit, tune)
     return plan
