@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import itertools
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -25,7 +26,7 @@ from ...ir.shape import Shape
 from . import libs
 from .kernels.spec import Unsupported
 from .libs import FwdAlgoPerf
-from .tuning import keep_pick, restore_pick
+from .tuning import LAYERS, keep_pick, restore_pick
 
 CUDNN_STATUS_SUCCESS = 0
 CUDNN_STATUS_NOT_SUPPORTED = 3000
@@ -183,6 +184,9 @@ class ConvPlan:
         flags = f"{int(bias)}{int(relu)}{int(residual)}"
         self.key = f"{self.dtype.name}:{':'.join(map(repr, shapes))}:{conv}:{flags}:{self.wanted_math}"
         x, w, y, z = shapes
+        # The layer at any input size (tuning.LayerPicks): all of the key but the input's spatial dims
+        layouts = tuple(is_channels_last(t) for t in (x, y, z))
+        self.layer = (self.dtype.name, repr(w), x.ndim(), layouts, conv, flags, self.wanted_math)
         pads, strides, dils, groups = conv
         if x.ndim() == 3:  # 1-d: a 2-d convolution over (L, 1)
             x, w, y, z = (expand_1d(t) for t in (x, w, y, z))
@@ -355,8 +359,20 @@ def _search(plan: ConvPlan, limit: int, exhaustive: bool) -> None:
     """Choose the algorithm (cudnnFind on scratch buffers, else cuDNN's heuristic) and whether the fused
     call takes it (a trial run), on a private stream and a borrowed handle; the scratch memory is freed
     before returning."""
+    if not exhaustive and _layer_pick(plan, limit):
+        return
     with borrow_handle() as h:
         _search_on(plan, limit, exhaustive, h)
+    LAYERS.put((plan.handle, plan.layer), plan.algo, plan.math, timed=exhaustive)
+
+
+def _layer_pick(plan: ConvPlan, limit: int) -> bool:
+    """Whether a quick pick took the algorithm picked for the same layer at another input size
+    (tuning.LayerPicks): no heuristic query; bias and activation run as their own calls."""
+    pick = LAYERS.get((plan.handle, plan.layer))
+    if pick is None or (plan.no_tf32 and pick[0] in _TRANSFORM_ALGOS):
+        return False
+    return plan.choose(*pick, limit)
 
 
 def _search_on(plan: ConvPlan, limit: int, exhaustive: bool, h: int) -> None:
@@ -392,7 +408,8 @@ def _search_on(plan: ConvPlan, limit: int, exhaustive: bool, h: int) -> None:
         if not timed:
             plan._call("cudnnGetConvolutionForwardAlgorithm_v7", h, *descs, n, ctypes.byref(got), perfs)
         taken = [(p.algo, p.mathType) for p in perfs[: got.value] if plan.acceptable(p, limit)]
-        taken = [c for c in dict.fromkeys(taken) if plan.choose(*c, limit)]
+        runs = (c for c in dict.fromkeys(taken) if plan.choose(*c, limit))  # a workspace query each
+        taken = list(runs) if timed else list(itertools.islice(runs, 1))  # a quick pick takes the first
         if not taken:
             raise Unsupported(
                 f"cuDNN has no algorithm within {limit} bytes of workspace for {plan.describe()}"

@@ -75,6 +75,36 @@ class Plan(Protocol):
     def to_dict(self) -> dict: ...
 
 
+class LayerPicks:
+    """The algorithm last picked for each convolution layer (its weights, geometry, epilogue, layouts;
+    not its input's spatial size) on each device, which a quick pick for the layer at a new image
+    size tries first (dnn.py). cuDNN's heuristic query cost ~2.5 ms per convolution on the H100 host:
+    49 ms of each never-seen image size of ResNet-50 (about 20 distinct convolutions). A timed pick
+    replaces any; a quick one only a quick one. The caller checks that cuDNN runs the algorithm at the
+    new size within the workspace limit (the check ``restore`` makes), so a layer pick is never wrong,
+    only maybe slower than the heuristic's until the timed program replaces the quick one."""
+
+    def __init__(self) -> None:
+        self._picks: dict[Hashable, tuple[int, int, bool]] = {}
+        self._lock = threading.Lock()
+
+    def get(self, key: Hashable) -> tuple[int, int] | None:
+        with self._lock:
+            pick = self._picks.get(key)
+        return None if pick is None else pick[:2]
+
+    def put(self, key: Hashable, algo: int, math: int, timed: bool) -> None:
+        with self._lock:
+            if len(self._picks) >= _LIMIT:
+                self._picks.clear()
+            old = self._picks.get(key)
+            if timed or old is None or not old[2]:
+                self._picks[key] = (algo, math, timed)
+
+
+LAYERS = LayerPicks()
+
+
 def restore_pick(plan: Plan, kind: str, limit: int, search: Hashable) -> bool:
     """Whether ``plan`` took the pick made for the same problem before (``search``: the settings of
     the search that made it, e.g. timed or heuristic only)."""
@@ -86,4 +116,4 @@ def keep_pick(plan: Plan, kind: str, limit: int, search: Hashable) -> None:
     PICKS.put((kind, plan.handle, plan.key, limit, search), plan.to_dict())
 
 
-__all__ = ["PICKS", "QUICK", "PickMemo", "keep_pick", "quick_picks", "restore_pick"]
+__all__ = ["LAYERS", "PICKS", "QUICK", "LayerPicks", "PickMemo", "keep_pick", "quick_picks", "restore_pick"]
