@@ -18,6 +18,15 @@ from .test_vendor_libs import F16, cublaslt, gpu, run_gemm  # noqa: F401 - cubla
 needs_cublaslt = pytest.mark.usefixtures("cublaslt")
 
 
+@pytest.fixture
+def fresh(monkeypatch):
+    """As in a fresh process: no algorithm run yet, no pick memoised."""
+    monkeypatch.setattr(warm_algos, "_run", set())
+    monkeypatch.setattr(warm_algos, "_by_family", {})
+    monkeypatch.setattr(warm_algos, "_first_calls", [0])
+    monkeypatch.setattr(tuning, "PICKS", tuning.PickMemo())
+
+
 @dataclass
 class FakePlan:
     handle: int
@@ -28,10 +37,8 @@ class FakePlan:
     batch: int = 1
 
 
-def test_a_warm_candidate_wins_then_the_nearest_warm_algorithm_of_the_family(monkeypatch):
-    monkeypatch.setattr(warm_algos, "_run", set())
-    monkeypatch.setattr(warm_algos, "_by_family", {})
-    monkeypatch.setattr(warm_algos, "_first_calls", [0])
+@pytest.mark.usefixtures("fresh")
+def test_a_warm_candidate_wins_then_the_nearest_warm_algorithm_of_the_family():
     f = ("half", "bias")
     warm_algos.note_run(FakePlan(1, f, 64), b"A")
     warm_algos.note_run(FakePlan(1, f, 4096), b"B")
@@ -48,9 +55,8 @@ def test_a_warm_candidate_wins_then_the_nearest_warm_algorithm_of_the_family(mon
     assert warm_algos.pick(FakePlan(1, ("float",), 3000), [b"x"], lambda raw: True) is None  # other kind
 
 
-def test_a_family_is_checked_a_bounded_number_of_times(monkeypatch):
-    monkeypatch.setattr(warm_algos, "_run", set())
-    monkeypatch.setattr(warm_algos, "_by_family", {})
+@pytest.mark.usefixtures("fresh")
+def test_a_family_is_checked_a_bounded_number_of_times():
     for i in range(20):
         warm_algos.note_run(FakePlan(1, ("f",), 8 + i), bytes([i]))
     checked: list[bytes] = []
@@ -60,11 +66,8 @@ def test_a_family_is_checked_a_bounded_number_of_times(monkeypatch):
 
 @gpu
 @needs_cublaslt
-def test_quick_picks_at_new_sizes_run_no_algorithm_for_the_first_time(cuda, monkeypatch):
-    monkeypatch.setattr(warm_algos, "_run", set())
-    monkeypatch.setattr(warm_algos, "_by_family", {})
-    monkeypatch.setattr(warm_algos, "_first_calls", [0])
-    monkeypatch.setattr(tuning, "PICKS", tuning.PickMemo())  # no pick from another test
+@pytest.mark.usefixtures("fresh")
+def test_quick_picks_at_new_sizes_run_no_algorithm_for_the_first_time(cuda):
     kinds = ("rm", "rm", "rm")
     run_gemm(cuda, F16, (1, 37, 256, 64), kinds, bias=True)  # the numbers are checked in run_gemm
     assert warm_algos.first_calls() == 1
@@ -78,11 +81,8 @@ def test_quick_picks_at_new_sizes_run_no_algorithm_for_the_first_time(cuda, monk
 
 @gpu
 @needs_cublaslt
-def test_timed_picks_still_time_the_candidates(cuda, monkeypatch):
-    monkeypatch.setattr(warm_algos, "_run", set())
-    monkeypatch.setattr(warm_algos, "_by_family", {})
-    monkeypatch.setattr(warm_algos, "_first_calls", [0])
-    monkeypatch.setattr(tuning, "PICKS", tuning.PickMemo())
+@pytest.mark.usefixtures("fresh")
+def test_timed_picks_still_time_the_candidates(cuda):
     kinds = ("rm", "rm", "rm")
     run_gemm(cuda, F16, (1, 37, 256, 64), kinds, bias=True)
     run_gemm(cuda, F16, (1, 1999, 256, 64), kinds, bias=True, tune=True)
