@@ -76,3 +76,31 @@ def test_batch_1_and_other_key_splits_compile_no_kernel(monkeypatch):
         f = feeds_for(model, batch=b, seq=s, seed=s)
         _close(sess.run(None, f), cpu.run(None, f))
     assert nvrtc.compile_count() == compiled, "a later shape compiled kernels"
+
+
+def test_new_shapes_after_a_model_cache_load_compile_no_kernel(monkeypatch, tmp_path, recording):
+    # A process that loads its program from the model cache holds that program's kernels only in the
+    # program: they join the process's cache, and their variants (batch 1, other key splits) compile
+    # in the background, so later shapes compile no kernel, as in the process that compiled it.
+    monkeypatch.setenv("MIGRAPHX_EP_BATCH_ROWS", "0")
+    monkeypatch.delenv("MIGRAPHX_EP_KERNEL_CACHE", raising=False)
+    model = onnx.load(os.path.join(MODELS, "bert_fp16.onnx"))
+    blob = model.SerializeToString()
+    options = {**GPU, "migraphx_model_cache_dir": str(tmp_path)}
+    cpu = ort.InferenceSession(blob, providers=["CPUExecutionProvider"])
+    f = feeds_for(model, batch=2, seq=8, seed=1)
+    ort.InferenceSession(blob, providers=[(EP, options), "CPUExecutionProvider"]).run(None, f)
+    wait_for_compiles()
+    monkeypatch.setattr(nvrtc, "_CACHE", {})  # as a new process starts: no kernel in memory
+    sess = ort.InferenceSession(blob, providers=[(EP, options), "CPUExecutionProvider"])
+    _close(sess.run(None, f), cpu.run(None, f))
+    assert recording.counts() == (0, 1), "the program was not loaded from the model cache"
+    (sub,) = recording.eps[-1].compiled
+    (prog,) = sub.programs.values()
+    assert prog._exe.variants is not None and prog._exe.variants.result(timeout=300) > 0
+    compiled = nvrtc.compile_count()
+    for b, s in [(1, 7), (2, 12), (40, 16), (200, 16)]:
+        f = feeds_for(model, batch=b, seq=s, seed=s)
+        _close(sess.run(None, f), cpu.run(None, f))
+    assert recording.counts()[0] >= 4, "the later shapes compiled no program: nothing was tested"
+    assert nvrtc.compile_count() == compiled, "a shape after the model-cache load compiled kernels"

@@ -164,3 +164,44 @@ def test_variants_that_fail_only_warn(caplog):
             )
         assert len(exe._images) == 1
     assert "were not made" in caplog.text and "did not compile" in caplog.text
+
+
+def test_a_loaded_programs_kernels_join_the_cache_and_compile_their_others_in_the_background(monkeypatch):
+    # A program from a .mxr brings its kernels' images, so nothing compiles at its binding; they join the
+    # process's cache (a later shape's same kernel is a hit), and the variants its kernels would have
+    # compiled beside them are compiled on a background thread instead.
+    expr = PwOp(OPS["exp"](), (PwInput(0),), DType.float_type)
+    four = Shape(DType.float_type, (4, 48, 8))
+    spec = canonical(
+        K.pointwise_kernel("k_loaded", expr, [Shape(DType.float_type, (4, 48, 8), (0, 8, 1))], four)
+    )
+    assert spec.others is not None
+    twins = {nvrtc.source_key(o.source, ARCH) for o in spec.others()}
+    key = nvrtc.source_key(spec.source, ARCH)
+    exe = GpuExecutable.__new__(GpuExecutable)
+    exe.device = types.SimpleNamespace(arch=ARCH)
+    exe._images = {key: nvrtc.compile_source(spec.source, ARCH, spec.name)}  # as the .mxr holds it
+    exe._loaded_images = True
+    assert not any(nvrtc.has_image(k) for k in twins), "a variant is compiled already: nothing to test"
+    n = nvrtc.compile_count()
+    monkeypatch.delitem(nvrtc._CACHE, key)  # as in a new process that loaded it: held by the program only
+    with record() as t:
+        exe._compile_kernels([spec])
+    assert t.counts == {}  # the program's own kernel is held: no compile, no lookup on the Run's path
+    assert nvrtc.has_image(key), "the loaded image did not join the process's cache"
+    assert exe.variants is not None and exe.variants.result(timeout=300) == len(twins)
+    assert all(nvrtc.has_image(k) for k in twins) and nvrtc.compile_count() == n + len(twins)
+    first = exe.variants
+    exe._compile_kernels([spec])  # a later binding (another context) schedules nothing again
+    assert exe.variants is first
+
+
+def test_a_compiled_programs_binding_schedules_no_background_variants():
+    exe = GpuExecutable.__new__(GpuExecutable)
+    exe.device, exe._images = types.SimpleNamespace(arch=ARCH), {}
+    shape = Shape(DType.float_type, (1, 35))
+    spec = K.pointwise_kernel(
+        "k_not_loaded", PwOp(OPS["relu"](), (PwInput(0),), DType.float_type), [shape], shape
+    )
+    exe._compile_kernels([canonical(spec)])
+    assert exe.variants is None

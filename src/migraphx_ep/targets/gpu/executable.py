@@ -16,6 +16,7 @@ import threading
 import time
 import weakref
 from collections.abc import Hashable
+from concurrent.futures import Future
 from typing import Any
 
 import numpy as np
@@ -28,7 +29,7 @@ from .errors import DeviceErrors
 from .kernels.spec import KernelSpec, Unsupported, canonical
 from .library_steps import Launch, LibrarySteps
 from .memory import ALIGN, Storage, align
-from .nvrtc import compile_images
+from .nvrtc import adopt_images, compile_images, compile_others_later
 from .runtime_dims import native_pad, pad_inputs
 from .steps import Buf, ConvStep, GemmStep, KernelStep, Lowered, plan_lowered
 from .tuning import QUICK
@@ -74,6 +75,7 @@ class GpuExecutable(LibrarySteps):
         self._local = threading.local()
         artifacts = artifacts or {}
         self._images: dict[str, bytes] = dict(artifacts.get("kernels", {}))
+        self._loaded_images = bool(self._images)
         self._plans: dict[str, dict] = dict(artifacts.get("plans", {}))
         self._modules: dict[str, cuda.Module] = {}  # loaded once, shared by every context
         self._grow = threading.Lock()  # one context built at a time (library handles, capture)
@@ -191,9 +193,20 @@ class GpuExecutable(LibrarySteps):
                     mod = _LOADED[(self.device.id, key)] = cuda.Module(self._images[key])
             return mod
 
+    # Kernels that came with the program (a .mxr): at the first binding they join the process's cache,
+    # for later shapes, and their variants for other sizes are compiled in the background (``variants``:
+    # that work); a compile here does both itself.
+    _loaded_images = False
+    variants: Future | None = None
+
     def _compile_kernels(self, specs: list[KernelSpec]) -> dict[str, str]:
         """Every spec's image in ``_images``; each source's image key."""
-        return compile_images(specs, self.device.arch, self._images)
+        keys = compile_images(specs, self.device.arch, self._images)
+        if self._loaded_images:
+            self._loaded_images = False
+            adopt_images(self._images)
+            self.variants = compile_others_later(specs, self.device.arch)
+        return keys
 
     # -- running -------------------------------------------------------------------------------------------
     def _issue(self, stream: int) -> None:

@@ -16,7 +16,7 @@ import hashlib
 import logging
 import os
 import threading
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
 from ... import timing
@@ -140,6 +140,44 @@ def compile_images(specs: list[KernelSpec], arch: str, images: dict[str, bytes])
             compiled = list(mapped)
         images.update(zip(todo.keys(), compiled, strict=True))
     return keys
+
+
+def adopt_images(images: dict[str, bytes]) -> None:
+    """Take a loaded program's images (by ``source_key``) into this process's cache: a later shape's
+    kernel with the same source is then a cache hit, as it is after a compile here. Without this, every
+    kernel of the first new shape after a model-cache load compiled again."""
+    with _LOCK:
+        for key, image in images.items():
+            _CACHE.setdefault(key, image)
+
+
+_later = threading.Lock()  # one background compile of variants at a time
+
+
+def compile_others_later(specs: list[KernelSpec], arch: str) -> Future:
+    """Compile, on a background thread, the variants (``others``) of ``specs`` that this process does not
+    hold: for a program whose kernels came ready-made (from a .mxr), as ``compile_images`` compiles a
+    kernel's variants only when it compiles the kernel. Later shapes then find them, as they would after
+    a compile here, instead of compiling one on a Run's critical path. One at a time, on a daemon
+    thread: it takes a core, never a Run's time, and never holds up the process's exit."""
+    done: Future = Future()
+
+    def work() -> None:
+        try:
+            with _later:
+                compiled: set[str] = set()
+                for sp in specs:
+                    for o in _others(sp):
+                        k = source_key(o.source, arch)
+                        if k not in compiled and not has_image(k):
+                            compiled.add(k)
+                            _compile_spare(o, arch)
+            done.set_result(len(compiled))
+        except BaseException as e:  # noqa: BLE001 - reported through the future
+            done.set_exception(e)
+
+    threading.Thread(target=work, name="migraphx-ep-variants", daemon=True).start()
+    return done
 
 
 def _others(spec: KernelSpec) -> list[KernelSpec]:
