@@ -394,6 +394,34 @@ def test_a_checkpoint_raises_only_on_the_background_thread():
     bg.stop()
 
 
+def test_a_model_cache_stores_the_first_program_at_once_and_later_ones_when_timed(monkeypatch, tmp_path):
+    # The first compile is timed and stored at once (a one-shape process leaves what the next one
+    # loads); later shapes take quick picks on the Run's path, and the timed program compiled in the
+    # background is what the cache stores. A path to save to gets timed programs only.
+    monkeypatch.setenv("MIGRAPHX_EP_QUICK_PICKS", "1")
+    monkeypatch.setenv("MIGRAPHX_EP_BATCH_ROWS", "0")
+    monkeypatch.setattr(background_compiles, "QUIET_S", 0.0)
+    nodes, inits = ROWWISE["gemm with bias"]
+    opts = {"migraphx_target": "ref", "migraphx_model_cache_dir": str(tmp_path / "cache")}
+    c = create_ep(opts).compile(one_node_graph(nodes, None, inits), "fused_0")
+    c.run([np.ones((3, 6), np.float32)])
+    assert not c.programs[((3, 6),)].quick_picks and c.store.saves == 1
+    x = np.arange(30, dtype=np.float32).reshape(5, 6)
+    got = c.run([x])[0]
+    assert c.programs[((5, 6),)].quick_picks and c.store.saves == 1  # not stored while quick
+    wait_for_compiles()
+    assert not c.programs[((5, 6),)].quick_picks and c.store.saves == 2  # the timed one, stored
+    again = create_ep(opts).compile(one_node_graph(nodes, None, inits), "fused_0")
+    np.testing.assert_array_equal(again.run([x])[0], got)
+    assert again.loads == 1 and again.compiles == 0
+    save = {"migraphx_target": "ref", "migraphx_save_compiled_model": "1",
+            "migraphx_save_compiled_path": str(tmp_path / "saved.mxr")}  # fmt: skip
+    s = create_ep(save).compile(one_node_graph(nodes, None, inits), "fused_0")
+    for n in (3, 5):
+        s.run([np.ones((n, 6), np.float32)])
+        assert not s.programs[((n, 6),)].quick_picks
+
+
 def test_no_quick_picks_with_exhaustive_tune(monkeypatch):
     monkeypatch.setenv("MIGRAPHX_EP_QUICK_PICKS", "1")
     nodes, inits = ROWWISE["gemm with bias"]

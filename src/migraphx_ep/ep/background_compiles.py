@@ -129,8 +129,13 @@ class BackgroundCompiles:
         flag = env_choice("MIGRAPHX_EP_QUICK_PICKS", "auto", ("auto", "0", "1"))
         if flag == "0" or self.options.exhaustive_tune or self.runtime or self._runtime_pending:
             return False
-        if self.store is not None and self.store.enabled:
-            return False  # a model cache keeps what it is given: give it the timed program at once
+        store = self.store
+        if store is not None and store.enabled and (store.save_path or store.load_path or not self.programs):
+            # A file named to save a program to gets the timed one at once, and so does a model cache
+            # at a subgraph's first compile: a process that runs one shape and exits stores what the
+            # next one loads. Later shapes take quick picks; their timed programs, compiled in the
+            # background, are what the cache stores (a process that exits first stores none of them).
+            return False
         return flag == "1" or self.target == "gpu"
 
     def _time_later(self, key: ShapeKey, quick: Program) -> None:
