@@ -8,6 +8,8 @@ Each ``--dim NAME=LO:HI[:STEP]`` draws the model's symbolic dim ``NAME`` (for in
 sequence shared by every system. Per system it reports: the first call (session + first compile), the
 latency of calls whose shape was never seen (p50 / p95 / max), of calls whose shape was seen, the
 NVRTC compiles and program compiles after the first call (ours), and the total time of the sequence.
+``--model-cache DIR`` gives our sessions a model cache: a second run with the same folder and seed loads
+the first call's program from it and meets the other shapes as a process that loaded it does.
 ``--extra`` also reports what being new cost each never-seen shape: its call minus a second call with
 the same feeds right after (the issue's "extra" cost; the plain p50/p95 include the model's own time).
 ``torch_dynamic`` is ``torch.compile(module, dynamic=True)`` on the same call sequence, for a model of
@@ -27,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import gc
+import os
 import statistics
 import time
 from contextlib import nullcontext
@@ -236,8 +239,6 @@ class _GcClock:
 
 
 def _restore(saved: dict[str, str | None]) -> None:
-    import os
-
     for k, v in saved.items():
         if v is None:
             os.environ.pop(k, None)
@@ -260,8 +261,6 @@ def steady(path: str, model, sess, shapes: list[dict[str, int]], fp16: bool, run
     with every size baked into its kernels (MIGRAPHX_EP_RUNTIME_SIZES=0): the fully specialised program;
     ``fresh_ms``: a new session with the dynamic session's settings whose first compile was that shape.
     Batch rows are off in both (MIGRAPHX_EP_BATCH_ROWS=0): each runs a program of this very shape."""
-    import os
-
     out = []
     for dims in shapes:
         feeds = _feeds(model, dims, np.random.default_rng(0))
@@ -309,13 +308,16 @@ def main() -> None:
     ap.add_argument("--gap-every", type=int, default=0, help="idle after every N calls (with --gap-s)")
     ap.add_argument("--gap-s", type=float, default=0.0, help="seconds of idle (not counted in the total)")
     ap.add_argument("--extra", action="store_true", help="also time each new shape again: its extra cost")
+    ap.add_argument(
+        "--model-cache", default="", help="ORT_MIGRAPHX_MODEL_CACHE_PATH for our sessions (run twice: load)"
+    )
     a = ap.parse_args()
     if a.gap_every < 0 or a.gap_s < 0 or bool(a.gap_every) != bool(a.gap_s):
         ap.error("--gap-every and --gap-s go together, and neither may be negative")
     if a.baked_sizes:
-        import os
-
         os.environ["MIGRAPHX_EP_RUNTIME_SIZES"] = "0"
+    if a.model_cache:  # a second run with the same folder loads the first call's program from it
+        os.environ["ORT_MIGRAPHX_MODEL_CACHE_PATH"] = a.model_cache
     model = onnx.load(a.model, load_external_data=False)
     seq = _sequence(_ranges(a.dim), a.calls, a.seed)
     for system in a.systems.split(","):
