@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from migraphx_ep.targets.gpu import dnn, tuning
+from migraphx_ep.targets.gpu import conv_search, dnn, tuning
 
 from .test_vendor_libs import CONV_CASES, F16, cudnn, gpu, run_conv  # noqa: F401 - cudnn: a fixture
 
@@ -28,7 +28,7 @@ def _fresh(monkeypatch) -> list[str]:
     """Fresh pick memos; returns the names of the cuDNN calls the plans make from now on."""
     layers = tuning.LayerPicks()
     monkeypatch.setattr(tuning, "LAYERS", layers)
-    monkeypatch.setattr(dnn, "LAYERS", layers)
+    monkeypatch.setattr(conv_search, "LAYERS", layers)
     monkeypatch.setattr(tuning, "PICKS", tuning.PickMemo())
     calls: list[str] = []
     real = dnn.ConvPlan._call
@@ -66,7 +66,7 @@ def test_timed_searches_search_and_leave_their_pick_for_the_layer(cuda, monkeypa
     monkeypatch.setitem(CONV_CASES, "3x3-wide", ((1, x[1], 20, 33), w, *geometry))
     run_conv(cuda, F16, "3x3", exhaustive=False)
     taken: list = []
-    monkeypatch.setattr(dnn, "_layer_pick", lambda *a: taken.append(a) or False)
+    monkeypatch.setattr(conv_search, "_layer_pick", lambda *a: taken.append(a) or False)
     timed = run_conv(cuda, F16, "3x3-wide", exhaustive=True)
     assert not taken, "a timed search took the layer's pick"
     assert tuning.LAYERS.get((timed.handle, timed.layer)) == (timed.algo, timed.math)

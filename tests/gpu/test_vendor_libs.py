@@ -17,7 +17,7 @@ from numpy.lib.stride_tricks import as_strided
 from migraphx_ep.ir.dtypes import DType, to_numpy
 from migraphx_ep.ir.shape import Shape
 from migraphx_ep.ops.nn import conv_forward
-from migraphx_ep.targets.gpu import blas, dnn, libs
+from migraphx_ep.targets.gpu import blas, conv_search, dnn, libs
 from migraphx_ep.targets.gpu.kernels.spec import Unsupported
 
 gpu = pytest.mark.gpu
@@ -502,7 +502,7 @@ def test_conv_reload_and_heuristic_only(cudnn, monkeypatch):
     plan = run_conv(cudnn, F16, "3x3", nhwc=True, bias=True, relu=True)
     saved = plan.to_dict()
     with monkeypatch.context() as m:  # a reload must not search again
-        m.setattr(dnn, "_search", lambda *a, **k: pytest.fail("searched on reload"))
+        m.setattr(conv_search, "search", lambda *a, **k: pytest.fail("searched on reload"))
         again = run_conv(cudnn, F16, "3x3", nhwc=True, bias=True, relu=True, tuned=saved)
     assert again.to_dict() == saved and again.workspace_size == plan.workspace_size
     # Heuristic only (a quick pick): no trial of the fused call on scratch memory, so bias and relu
@@ -561,6 +561,6 @@ def test_the_same_convolution_is_searched_once_per_process(cudnn, monkeypatch):
     PICKS.clear()
     first = run_conv(cudnn, F16, "3x3", nhwc=True, bias=True, relu=True)
     with monkeypatch.context() as m:
-        m.setattr(dnn, "_search", lambda *a, **k: pytest.fail("searched for a known convolution"))
+        m.setattr(conv_search, "search", lambda *a, **k: pytest.fail("searched for a known convolution"))
         again = run_conv(cudnn, F16, "3x3", nhwc=True, bias=True, relu=True)
     assert again.to_dict() == first.to_dict() and PICKS.hits == 1
