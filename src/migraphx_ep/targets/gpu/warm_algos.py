@@ -48,11 +48,6 @@ def note_run(plan: WarmPlan, algo: bytes) -> None:
         _by_family.setdefault((plan.handle, plan.family), {})[algo] = (plan.batch, plan.m, plan.n, plan.k)
 
 
-def is_warm(plan: WarmPlan, algo: bytes) -> bool:
-    with _lock:
-        return (plan.handle, algo) in _run
-
-
 def first_calls() -> int:
     """How many algorithms this process has run for the first time (tests, benchmarks)."""
     return _first_calls[0]
@@ -84,12 +79,4 @@ def pick(plan: WarmPlan, candidates: Sequence[bytes], check: Callable[[bytes], b
     return None
 
 
-def reset() -> None:
-    """Forget what ran (tests: as in a fresh process)."""
-    with _lock:
-        _run.clear()
-        _by_family.clear()
-        _first_calls[0] = 0
-
-
-__all__ = ["first_calls", "is_warm", "note_run", "pick", "reset"]
+__all__ = ["first_calls", "note_run", "pick"]
