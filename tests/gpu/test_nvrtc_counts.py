@@ -4,6 +4,7 @@ the compiles run on the executable's thread pool."""
 
 from __future__ import annotations
 
+import dataclasses
 import types
 
 import pytest
@@ -177,6 +178,9 @@ def test_a_loaded_programs_kernels_join_the_cache_and_compile_their_others_in_th
     )
     assert spec.others is not None
     twins = {nvrtc.source_key(o.source, ARCH) for o in spec.others()}
+    made: list[int] = []
+    real_others = spec.others
+    spec = dataclasses.replace(spec, others=lambda: made.append(1) or real_others())
     key = nvrtc.source_key(spec.source, ARCH)
     exe = GpuExecutable.__new__(GpuExecutable)
     exe.device = types.SimpleNamespace(arch=ARCH)
@@ -186,11 +190,12 @@ def test_a_loaded_programs_kernels_join_the_cache_and_compile_their_others_in_th
     n = nvrtc.compile_count()
     monkeypatch.delitem(nvrtc._CACHE, key)  # as in a new process that loaded it: held by the program only
     with record() as t:
-        exe._compile_kernels([spec])
+        exe._compile_kernels([spec, spec])  # a program's steps repeat their layers' kernels
     assert t.counts == {}  # the program's own kernel is held: no compile, no lookup on the Run's path
     assert nvrtc.has_image(key), "the loaded image did not join the process's cache"
     assert exe.variants is not None and exe.variants.result(timeout=300) == len(twins)
     assert all(nvrtc.has_image(k) for k in twins) and nvrtc.compile_count() == n + len(twins)
+    assert made == [1], "the variants of one kernel body were made more than once"
     first = exe.variants
     exe._compile_kernels([spec])  # a later binding (another context) schedules nothing again
     assert exe.variants is first

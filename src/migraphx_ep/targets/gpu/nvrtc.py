@@ -166,7 +166,8 @@ def compile_others_later(specs: list[KernelSpec], arch: str) -> Future:
         try:
             with _later:
                 compiled: set[str] = set()
-                for sp in specs:
+                # One spec per distinct source: a program's steps repeat their layers' kernels.
+                for sp in {sp.source: sp for sp in specs}.values():
                     for o in _others(sp):
                         k = source_key(o.source, arch)
                         if k not in compiled and not has_image(k):
