@@ -10,7 +10,22 @@ import numpy as np
 import pytest
 from onnx import helper
 
-from .gpucheck import BF16, EXACT, F16, F32, FP16, FP32_SUM, Tol, check_nodes, check_op, node, normal, uniform
+from .gpucheck import (
+    BF16,
+    EXACT,
+    F16,
+    F32,
+    FP16,
+    FP32_SUM,
+    Tol,
+    check_model,
+    check_nodes,
+    check_op,
+    node,
+    normal,
+    uniform,
+)
+from .scancases import cumsum_scan, gemm_scan
 
 pytestmark = pytest.mark.gpu
 
@@ -133,3 +148,10 @@ def test_conv_transpose(gpu, rng) -> None:  # noqa: ANN001
         "output_padding": [1, 0],
     }
     check_op("ConvTranspose", feeds, gpu, FP32_SUM, **attrs)
+
+
+def test_scan_unrolled(gpu, rng) -> None:  # noqa: ANN001
+    feeds = {"s0": normal(rng, (4, 3)), "x": normal(rng, (4, 7, 3))}
+    check_model(cumsum_scan(feeds, (1,), (1,), (2,), (0,)), feeds, gpu, FP32_SUM)
+    feeds = {"h0": normal(rng, (2, 8)), "x": normal(rng, (2, 5, 8)), "u": normal(rng, (5, 2, 8))}
+    check_model(gemm_scan(feeds), feeds, gpu, FP32_SUM)

@@ -34,7 +34,7 @@ def instruction_supported(ins: Instruction, cc: tuple[int, int] | None = None) -
         return device_reason(ins, cc)
     from .decompose import decomposition_supported  # decompose builds on this module
 
-    return decomposition_supported(ins, reason)
+    return decomposition_supported(ins, reason, cc)
 
 
 def kernel_supported(ins: Instruction) -> str | None:

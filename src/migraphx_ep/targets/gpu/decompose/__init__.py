@@ -30,6 +30,7 @@ from ..kernels.spec import Unsupported
 from ..support import kernel_supported
 from .attention import decompose_attention, decompose_rotary_embedding
 from .builder import Builder
+from .control import decompose_scan
 from .conv import decompose_convolution_backwards
 from .linalg import decompose_einsum, decompose_lrn
 from .loss import decompose_nll_loss
@@ -61,6 +62,7 @@ DECOMPOSITIONS: dict[str, Decomposition] = {
     "tensor_scatter": decompose_tensor_scatter,
     "max_unpool": decompose_max_unpool,
     "dft": decompose_dft,
+    "scan": decompose_scan,
     **{f"scatter_{r}": decompose_scatter_elements for r in ("none", "add", "mul", "max", "min")},
     **{f"scatternd_{r}": decompose_scatternd for r in ("none", "add", "mul", "max", "min")},
 }
@@ -83,14 +85,40 @@ def _check(op: object, shapes: tuple[Shape, ...]) -> str | None:
     return None
 
 
-def decomposition_supported(ins: Instruction, reason: str | None = None) -> str | None:
-    """None when ``ins`` lowers through its decomposition; else why not (``reason``: the kernel's)."""
+def decomposition_supported(
+    ins: Instruction, reason: str | None = None, cc: tuple[int, int] | None = None
+) -> str | None:
+    """None when ``ins`` lowers through its decomposition; else why not (``reason``: the kernel's;
+    ``cc``: as ``instruction_supported``'s)."""
     if ins.name == "get_tuple_elem":  # an element of a decomposed tuple is a plain value
         src = ins.inputs[0]
+        if src.module_args:
+            return _check_with_modules(src, cc) if src.name in DECOMPOSITIONS else reason
         return _check(src.op, tuple(a.shape for a in src.inputs)) if src.name in DECOMPOSITIONS else reason
-    if ins.name not in DECOMPOSITIONS or ins.module_args:
+    if ins.name not in DECOMPOSITIONS:
         return reason
+    if ins.module_args:
+        return _check_with_modules(ins, cc)
     return _check(ins.op, tuple(a.shape for a in ins.inputs))
+
+
+def _check_with_modules(ins: Instruction, cc: tuple[int, int] | None) -> str | None:
+    """``_check`` for an op owning submodules (scan): decomposed on a copy, and what it inlines from
+    them may itself decompose. Not memoised: a key would have to hold the submodules' contents."""
+    from ..support import instruction_supported  # support imports this package
+
+    m = Module("decompose_check")
+    args = [m.add_parameter(f"x{i}", a.shape) for i, a in enumerate(ins.inputs)]
+    copy = m.add_instruction(ins.op, args, ins.module_args)
+    try:
+        DECOMPOSITIONS[copy.name](Builder(m, copy), copy)
+    except Unsupported as e:
+        return str(e)
+    for new in m.instructions:
+        reason = None if new is copy or new.is_param() else instruction_supported(new, cc)
+        if reason is not None:
+            return f"{ins.name} (decomposed): {reason}"
+    return None
 
 
 def _replace(m: Module, ins: Instruction, new: Instruction | list[Instruction]) -> None:
@@ -114,15 +142,21 @@ def _same_shape(m: Module, old: Instruction, new: Instruction) -> Instruction:
 
 
 def decompose_ops(m: Module) -> bool:
-    """Replace each instruction without a gpu kernel whose decomposition lowers by that decomposition."""
-    changed = False
-    for ins in m:
-        if ins.name not in DECOMPOSITIONS or kernel_supported(ins) is None:
-            continue
-        if decomposition_supported(ins) is not None:
-            continue  # left alone: the lowering refuses it with its own reason
-        _replace(m, ins, DECOMPOSITIONS[ins.name](Builder(m, ins), ins))
-        changed = True
+    """Replace each instruction without a gpu kernel whose decomposition lowers by that decomposition.
+    An unrolled scan inlines its body's instructions, which may need decomposing in turn: sweep again."""
+    changed, again = False, True
+    done: set[int] = set()  # replaced, left to DCE with their get_tuple_elem users
+    while again:
+        again = False
+        for ins in m:
+            if ins.name not in DECOMPOSITIONS or id(ins) in done or kernel_supported(ins) is None:
+                continue
+            if decomposition_supported(ins) is not None:
+                continue  # left alone: the lowering refuses it with its own reason
+            _replace(m, ins, DECOMPOSITIONS[ins.name](Builder(m, ins), ins))
+            done.add(id(ins))
+            again = again or bool(ins.module_args)
+            changed = True
     return changed
 
 
