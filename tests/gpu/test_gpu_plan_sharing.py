@@ -9,7 +9,7 @@ import os
 import onnx
 import pytest
 
-from migraphx_ep.targets.gpu import blas, dnn
+from migraphx_ep.targets.gpu import dnn, gemm_search
 from migraphx_ep.testing import light_input, light_model
 from test_models_ep import MODELS, feeds_for
 
@@ -31,7 +31,7 @@ def _counting(monkeypatch, module, name: str) -> list:
 
 
 def test_repeated_gemms_are_planned_once(monkeypatch):
-    calls = _counting(monkeypatch, blas, "plan_gemm")
+    calls = _counting(monkeypatch, gemm_search, "plan_gemm")
     model = onnx.load(os.path.join(MODELS, "bert_fp16.onnx"))  # two identical layers
     run_on_gpu(model, feeds_for(model, batch=2, seq=9), TF32_OFF, rtol=2e-2, atol=2e-2)
     assert calls and len(calls) == len(set(calls)), f"{len(calls) - len(set(calls))} GEMMs planned again"

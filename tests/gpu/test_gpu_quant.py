@@ -283,7 +283,7 @@ def test_fp8_option_on_a_gpu_without_fp8_is_an_error(cc, tmp_path) -> None:  # n
 def test_cublaslt_tn_plan(cc, rng, dtype, batch, m, n, k) -> None:  # noqa: ANN001
     """A row-major, B column-major (both K-contiguous), D row-major int32 / float: the TN form."""
     from migraphx_ep.ir.dtypes import DType
-    from migraphx_ep.targets.gpu import blas, cuda, libs
+    from migraphx_ep.targets.gpu import blas, cuda, gemm_search, libs
 
     if dtype == FP8 and cc < (8, 9):
         pytest.skip("fp8 needs compute capability 8.9+")
@@ -293,7 +293,7 @@ def test_cublaslt_tn_plan(cc, rng, dtype, batch, m, n, k) -> None:  # noqa: ANN0
         pytest.skip(str(e))
     t = DType.int8_type if dtype == np.int8 else DType.fp8e4m3fn_type
     la, lb, lc = blas.MatLayout(k, 1, m * k), blas.MatLayout(1, k, n * k), blas.MatLayout(n, 1, m * n)
-    plan = blas.plan_gemm(t, batch, m, n, k, la, lb, lc, allow_tf32=False, tune=True)
+    plan = gemm_search.plan_gemm(t, batch, m, n, k, la, lb, lc, allow_tf32=False, tune=True)
     a, bt = quantised(rng, (batch, m, k), dtype), quantised(rng, (batch, n, k), dtype)
     out_t = np.int32 if dtype == np.int8 else np.float32
     stream, keep = cuda.Stream(), []

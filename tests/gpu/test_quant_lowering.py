@@ -23,7 +23,7 @@ from migraphx_ep.ir.module import Module
 from migraphx_ep.ir.operation import make_op
 from migraphx_ep.ir.shape import Shape
 from migraphx_ep.ops.quant import Im2col
-from migraphx_ep.targets.gpu import blas, nvrtc
+from migraphx_ep.targets.gpu import blas, gemm_search, nvrtc
 from migraphx_ep.targets.gpu import kernels as K
 from migraphx_ep.targets.gpu.kernels.prelude import PRELUDE
 from migraphx_ep.targets.gpu.kernels.quant import FP8_HEADER, im2col_kernel, quantize_fp8_kernel
@@ -290,10 +290,10 @@ def test_plan_gemm_refuses_other_forms_before_touching_the_library() -> None:
 
     rm = [blas.MatLayout(32, 1), blas.MatLayout(16, 1), blas.MatLayout(16, 1)]  # B row-major: "NN"
     with pytest.raises(Unsupported, match="TN form"):
-        blas.plan_gemm(I8, 1, 8, 16, 32, *rm, allow_tf32=False)
+        gemm_search.plan_gemm(I8, 1, 8, 16, 32, *rm, allow_tf32=False)
     tn = [blas.MatLayout(32, 1), blas.MatLayout(1, 32), blas.MatLayout(16, 1)]
     with pytest.raises(Unsupported, match="no bias/relu epilogue"):
-        blas.plan_gemm(I8, 1, 8, 16, 32, *tn, bias=True, allow_tf32=False)
+        gemm_search.plan_gemm(I8, 1, 8, 16, 32, *tn, bias=True, allow_tf32=False)
 
 
 def test_fp8_needs_compute_capability_8_9() -> None:

@@ -17,7 +17,7 @@ from numpy.lib.stride_tricks import as_strided
 from migraphx_ep.ir.dtypes import DType, to_numpy
 from migraphx_ep.ir.shape import Shape
 from migraphx_ep.ops.nn import conv_forward
-from migraphx_ep.targets.gpu import blas, conv_search, dnn, libs
+from migraphx_ep.targets.gpu import blas, conv_search, dnn, gemm_search, libs
 from migraphx_ep.targets.gpu.kernels.spec import Unsupported
 
 gpu = pytest.mark.gpu
@@ -281,7 +281,7 @@ def run_gemm(cuda, dtype, dims, kinds, *, shared_b=False, in_place=False, tf32=F
     b = rng.uniform(-1, 1, (1 if shared_b else batch, k, n)).astype(ht)
     c = rng.uniform(-1, 1, (batch, m, n)).astype(ht)
     bv = rng.uniform(-1, 1, n).astype(ht)
-    plan = blas.plan_gemm(dtype, batch, m, n, k, la, lb, lc, allow_tf32=tf32, **opts)
+    plan = gemm_search.plan_gemm(dtype, batch, m, n, k, la, lb, lc, allow_tf32=tf32, **opts)
     dev = Device(cuda)
     a_p, b_p = dev.put(place(a, la, 0)), dev.put(place(b, lb, 0))
     c_flat = place(c, lc, 0)
@@ -363,7 +363,7 @@ def test_gemm_without_tf32_is_full_float32(cublaslt):
     """1 + 2^-12 survives float32 but not TF32's 10-bit mantissa: the sum shows which one ran."""
     k, val = 32, np.float32(1 + 2**-12)
     la, lb, lc = layout("rm", 8, k), layout("rm", k, 8), layout("rm", 8, 8)
-    plan = blas.plan_gemm(F32, 1, 8, 8, k, la, lb, lc, allow_tf32=False)
+    plan = gemm_search.plan_gemm(F32, 1, 8, 8, k, la, lb, lc, allow_tf32=False)
     dev = Device(cublaslt)
     d = np.zeros(64, np.float32)
     d_p = dev.put(d)
@@ -381,7 +381,7 @@ def test_gemm_without_tf32_is_full_float32(cublaslt):
 
 @gpu
 def test_gemm_errors_are_clear(cublaslt):
-    plan = blas.plan_gemm(F32, 1, 8, 8, 8, *(layout("rm", 8, 8),) * 3, bias=True, allow_tf32=False)
+    plan = gemm_search.plan_gemm(F32, 1, 8, 8, 8, *(layout("rm", 8, 8),) * 3, bias=True, allow_tf32=False)
     with pytest.raises(blas.BlasError, match="null or not 256-byte aligned.*GEMM float_type"):
         plan.run(0, 256, 512, 768, 768, 0, 1024)
 

@@ -38,7 +38,7 @@ class LibrarySteps:
     _module: Callable[[str], cuda.Module]
 
     def _bind_gemm(self, i: int, s: GemmStep, ctx: RunContext, plans: dict[Hashable, Any]) -> Launch:
-        from . import blas
+        from . import blas, gemm_search
 
         key = f"gemm{i}"
         a, b = ctx.ptr(s.reads[0]), ctx.ptr(s.reads[1])
@@ -53,7 +53,7 @@ class LibrarySteps:
         if p is None:
             count("library search", "gemm")
             with stage("library search"):  # cuBLASLt heuristics and timing (none with a stored plan)
-                p = plans[same] = blas.plan_gemm(
+                p = plans[same] = gemm_search.plan_gemm(
                     s.dtype, s.batch, s.m, s.n, s.k, la, lb, lc,
                     beta=1.0 if s.has_residual else 0.0, bias=s.has_bias, relu=s.relu,
                     allow_tf32=self.allow_tf32, tuned=tuned, tune=not self.quick, alignment=alignment,
