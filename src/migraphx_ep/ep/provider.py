@@ -70,6 +70,10 @@ class MIGraphXEp:
     def __init__(self, options: dict[str, str]) -> None:
         self.options = parse_options(options)
         self.target_name = resolve_target(self.options)
+        if self.target_name == "gpu":  # the device's context and the libraries, while ORT loads the model
+            from ..targets.gpu.prewarm import prewarm
+
+            prewarm(self.options.device_id)
         self.gpu_cc = _gpu_capability(self.options) if self.target_name == "gpu" else None
         # int8/fp8: read (and check) the calibration table once; its bytes' hash joins every cache key.
         self.calibration = load_table(self.options)

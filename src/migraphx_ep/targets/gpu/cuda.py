@@ -88,6 +88,16 @@ def gpu_available(device_id: int = 0) -> str | None:
     return None
 
 
+def compute_capability(device_id: int) -> tuple[int, int]:
+    """Device ``device_id``'s compute capability, read without making its context (``Device`` does)."""
+    init()
+    handle = check(cu.cuDeviceGet(device_id), "cuDeviceGet")
+    attr = cu.CUdevice_attribute
+    major = check(cu.cuDeviceGetAttribute(attr.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, handle), "attr")
+    minor = check(cu.cuDeviceGetAttribute(attr.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, handle), "attr")
+    return int(major), int(minor)
+
+
 class Device:
     """One GPU and its primary context. ``Device.get(i)`` is cached; ``make_current`` is cheap."""
 

@@ -86,9 +86,9 @@ def device_reason(ins: Instruction, cc: tuple[int, int] | None) -> str | None:
 
 
 def device_capability(device_id: int) -> tuple[int, int]:
-    from .cuda import Device
+    from .cuda import compute_capability  # no context needed (its creation runs in prewarm.py)
 
-    return Device.get(device_id).cc
+    return compute_capability(device_id)
 
 
 def fp8_option_reason(device_id: int) -> str | None:
