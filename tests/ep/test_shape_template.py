@@ -128,9 +128,19 @@ def test_an_instantiated_program_is_the_full_compile(model):
         inst = t.instantiate({"batch": b, "sequence": s})
         full = optimised(graph, b, s, cache, gpu=False)
         assert t.disagrees(flatten({"batch": b, "sequence": s}, full)) is None
+        assert _instructions(inst) == _instructions(full)  # shapes too: instantiate computes its own
         x = feeds(graph, b, s)
         got, want = RefExecutable(inst).run(dict(x)), RefExecutable(full).run(dict(x))
         assert all(np.array_equal(g, w) for g, w in zip(got, want, strict=True))
+
+
+def _instructions(prog) -> list:
+    """Per module, each instruction's op name, shape and inputs (by position)."""
+    out = []
+    for m in prog.modules.values():
+        pos = {id(i): n for n, i in enumerate(m.instructions)}
+        out.append((m.name, [(i.name, i.shape, [pos[id(a)] for a in i.inputs]) for i in m.instructions]))
+    return out
 
 
 def _steps(prog, cache) -> tuple[list[str], set[str]]:
@@ -146,8 +156,10 @@ def test_on_the_gpu_target_it_lowers_to_the_full_compile_and_compiles_no_kernel(
     for b, s in SEEN[1:]:
         seen |= _steps(optimised(graph, b, s, cache, gpu=True), cache)[1]
     for b, s in NEW:
-        steps, sources = _steps(t.instantiate({"batch": b, "sequence": s}), cache)
-        assert steps == _steps(optimised(graph, b, s, cache, gpu=True), cache)[0]
+        inst, full = t.instantiate({"batch": b, "sequence": s}), optimised(graph, b, s, cache, gpu=True)
+        assert _instructions(inst) == _instructions(full)
+        steps, sources = _steps(inst, cache)
+        assert steps == _steps(full, cache)[0]
         assert sources <= seen, f"{len(sources - seen)} new kernel sources at {(b, s)}"
 
 

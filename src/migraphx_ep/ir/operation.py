@@ -7,9 +7,10 @@ constant propagation and verification all call ``compute``; other targets only l
 from __future__ import annotations
 
 import dataclasses
+import enum
 import functools
 import hashlib
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
@@ -105,6 +106,30 @@ def op_shape_memo(op: Op, inputs: list[Shape]) -> Shape:
     out = op.compute_shape(inputs)
     object.__setattr__(op, "_shape_memo", (key, out))  # one tuple: a reader sees a whole entry or none
     return out
+
+
+def _plain(v: object) -> bool:
+    if isinstance(v, tuple | list):
+        return all(_plain(x) for x in v)
+    return v is None or isinstance(v, int | float | str | enum.Enum | np.generic | Shape)
+
+
+_MISSING = object()
+
+
+def op_key(op: Op) -> Hashable | None:
+    """Equal only for ops of one class whose attributes print alike, so equal keys mean the same
+    shapes and the same kernels (``repr`` tells 0.0 from -0.0 and 1 from True); literals go by their
+    bytes. None: an attribute's repr is not exact (an array's). The gpu lowering's kernel memo and the
+    shape templates' shape memo key on it."""
+    if isinstance(op, Literal):
+        return ("literal", op.digest())
+    memo = op.__dict__.get("_kernel_key", _MISSING)  # ops are immutable: computed once per op
+    if memo is _MISSING:
+        values = [getattr(op, f) for f in field_names(type(op))]
+        memo = (type(op), tuple(repr(v) for v in values)) if all(_plain(v) for v in values) else None
+        object.__setattr__(op, "_kernel_key", memo)
+    return memo
 
 
 class ModuleOp(Op):
@@ -237,6 +262,7 @@ __all__ = [
     "Return",
     "ShapeError",
     "make_op",
+    "op_key",
     "op_shape_memo",
     "register_op",
 ]

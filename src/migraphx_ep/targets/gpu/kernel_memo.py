@@ -13,38 +13,13 @@ has no key and is generated as before.
 from __future__ import annotations
 
 import dataclasses
-import enum
 from collections.abc import Callable, Hashable
 
-import numpy as np
-
 from ...ir.module import Module
-from ...ir.operation import Literal, Op, field_names
+from ...ir.operation import op_key
 from ...ir.shape import Shape
 from .kernels.pointwise import exact_key
 from .kernels.spec import KernelSpec, PwExpr, replace_word
-
-
-def _plain(v: object) -> bool:
-    if isinstance(v, tuple | list):
-        return all(_plain(x) for x in v)
-    return v is None or isinstance(v, int | float | str | enum.Enum | np.generic | Shape)
-
-
-_MISSING = object()
-
-
-def op_key(op: Op) -> Hashable | None:
-    """Equal only for ops of one class whose attributes print alike (None: an attribute's repr is not
-    exact, e.g. an array's)."""
-    if isinstance(op, Literal):
-        return ("literal", op.digest())
-    memo = op.__dict__.get("_kernel_key", _MISSING)  # ops are immutable: computed once per op
-    if memo is _MISSING:
-        values = [getattr(op, f) for f in field_names(type(op))]
-        memo = (type(op), tuple(repr(v) for v in values)) if all(_plain(v) for v in values) else None
-        object.__setattr__(op, "_kernel_key", memo)
-    return memo
 
 
 def body_key(m: Module) -> Hashable | None:

@@ -6,6 +6,8 @@ standard layout; the lowering gives a convolution's activations NHWC strides whe
 
 from __future__ import annotations
 
+import functools
+
 from ...ir.module import Module
 from ...ir.operation import Op
 from ...ir.shape import Shape
@@ -69,8 +71,15 @@ def _collapse(lens: tuple[int, ...], strides: tuple[int, ...]) -> int | None:
 
 def matrix_layout(s: Shape) -> tuple[int, int, int] | None:
     """(row, col, batch) strides of a batched matrix view, or None when cuBLASLt cannot read it."""
-    *blens, rows, cols = s.lens
-    *bstr, rs, cs = s.strides
+    return _matrix_layout(s.lens, s.strides)
+
+
+# Asked four times per GEMM, and a transformer's layers ask about the same few views: a pure function of
+# two tuples of ints, so the memo cannot go stale.
+@functools.lru_cache(maxsize=4096)
+def _matrix_layout(lens: tuple[int, ...], strides: tuple[int, ...]) -> tuple[int, int, int] | None:
+    *blens, rows, cols = lens
+    *bstr, rs, cs = strides
     bs = _collapse(tuple(blens), tuple(bstr))
     if bs is None:
         return None

@@ -9,34 +9,37 @@ in ``fuse/`` have decided by now:
    shape), and kernels read through the strides;
 3. each remaining instruction becomes one step: a generated kernel, a cuBLASLt GEMM or a cuDNN conv.
 What stays here is applying layout (``layout.py`` decides: channels-last activations for 2-D
-convolutions) and the copies a library call needs. The steps and buffers are ``steps.py``'s; storages
-get arena offsets from its ``plan_lowered``. What can be lowered at all is ``support.py``'s question.
+convolutions, which ``conv_lowering.py`` lowers) and the copies a library call needs. The steps and
+buffers are ``steps.py``'s; storages get arena offsets from its ``plan_lowered``. What can be lowered at
+all is ``support.py``'s question.
 """
 
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Callable
 
 import numpy as np
 
 from ...ir.instruction import Instruction
 from ...ir.module import Module
-from ...ir.operation import ModuleOp, Op
+from ...ir.operation import Literal, ModuleOp, Op
 from ...ir.shape import Shape
 from ...ir.weights import WeightCache
 from ...switches import env_choice
 from . import kernels as K
+from .conv_lowering import body_op, lower_conv
 from .fuse.pointwise import is_pointwise, pointwise_groups
 from .gqa import lower_gqa
 from .kernel_memo import KernelMemo, body_key, op_key, pointwise_key
 from .kernels.attention import attention_kernel
 from .kernels.spec import KernelSpec, PwConst, PwExpr, PwInput, PwOp, Unsupported
-from .layout import is_nhwc, matrix_layout, nhwc_shape, pointwise_conv, want_channels_last
+from .layout import is_nhwc, matrix_layout, nhwc_shape, want_channels_last
 from .libcalls import GEMM_TYPES, dnn_conv
 from .memory import Storage
 from .quant import lower_quant
-from .steps import Buf, ConvStep, GemmStep, KernelStep, Lowered, Step
+from .steps import Buf, GemmStep, KernelStep, Lowered, Step
 from .support import IDENTITY
 from .views import is_view, scalar_value, strided_reshape
 
@@ -80,11 +83,11 @@ class Lowering:
         self.storages.append(st)
         return Buf(st, 0, shape)
 
-    def _weight(self, value: np.ndarray, label: str) -> Buf:
+    def _weight(self, value: np.ndarray, label: str, shape: Shape | None = None) -> Buf:
         arr = np.ascontiguousarray(value).reshape(np.shape(value))  # keeps 0-d values 0-d
         st = Storage(arr.nbytes, "weight", value=arr, label=label)
         self.weights.append(st)
-        return Buf(st, 0, Shape.of(arr))
+        return Buf(st, 0, Shape.of(arr) if shape is None else shape)  # a literal's: its own, made once
 
     def _name(self, ins: Instruction) -> str:
         self._n += 1
@@ -125,7 +128,8 @@ class Lowering:
             self.inputs[ins.op.parameter] = b  # type: ignore[attr-defined]
             self.bufs[id(ins)] = b
         elif ins.is_literal():
-            self.bufs[id(ins)] = self._weight(ins.op.value, "literal")  # type: ignore[attr-defined]
+            lit: Literal = ins.op  # type: ignore[assignment]
+            self.bufs[id(ins)] = self._weight(lit.value, "literal", lit.compute_shape([]))
         elif is_view(ins):
             self.bufs[id(ins)] = self._view(ins)
         elif ins.name == "fused_pointwise":  # fuse/pointwise.py made it: one kernel for its chain
@@ -158,7 +162,7 @@ class Lowering:
         elif ins.name == "get_tuple_elem" and id(ins) in self.bufs:
             pass  # set with its tuple's steps
         elif ins.name == "fused_conv" or (ins.name == "convolution" and self._conv_on_dnn(ins.op, ins.shape)):
-            self._conv(ins)
+            lower_conv(self, ins)
         elif isinstance(ins.op, ModuleOp) or ins.module_args:
             raise Unsupported(f"{ins.name}: control flow does not run on the gpu target")
         else:
@@ -186,53 +190,6 @@ class Lowering:
 
     def _emit(self, step: Step) -> None:
         self.steps.append(step)
-
-    def _conv_as_gemm(self, ins: Instruction, conv: Op, x: Buf, w: Buf, epi: dict[str, bool]) -> None:
-        """NHWC pixels x filters: D[N*H*W, K] = X[N*H*W, C] @ W[K, C]^T, bias/residual/relu in the
-        cuBLASLt epilogue; D is the output's NHWC buffer, so nothing is copied."""
-        if not is_nhwc(x.shape):
-            x = self._relayout(x, "conv input")
-        n, c, h, wd = x.shape.lens
-        k = ins.shape.lens[1]
-        if not w.shape.standard():
-            w = self._copy(w, "conv weight")
-        extra = iter(ins.inputs[2:])
-        reads = [x, w]
-        if epi["bias"]:
-            reads.append(self._read(next(extra)))
-        if epi["residual"]:
-            r = self._read(next(extra))
-            reads.append(r if is_nhwc(r.shape) else self._relayout(r, "residual"))
-        out = self._new(ins.shape.as_standard(), "conv", nhwc=True)
-        m = n * h * wd
-        layouts = ((c, 1, 0), (1, c, 0), (k, 1, 0))
-        label = f"conv 1x1 as gemm {m}x{k}x{c}" + _epilogue_label(epi)
-        step = GemmStep(
-            label, reads, [out], dtype=ins.shape.type, batch=1, m=m, n=k, k=c, layouts=layouts,
-            has_bias=epi["bias"], has_residual=epi["residual"], relu=epi["relu"], conv_op=conv,
-        )  # fmt: skip
-        self._emit(step)
-        self.bufs[id(ins)] = out
-
-    def _relayout(self, src: Buf, label: str) -> Buf:
-        """A copy of ``src`` in NHWC layout."""
-        out = self._new(src.shape.as_standard(), label, nhwc=True)
-        expr = PwOp(IDENTITY, (PwInput(0),), src.shape.type)
-        spec = K.pointwise_kernel(f"k{len(self.steps)}_nhwc", expr, [src.shape], out.shape)
-        self._emit(KernelStep(f"to NHWC ({label})", [src], [out], spec=spec, expr=expr))
-        return out
-
-    def _nhwc_weight(self, ins: Instruction, w: Buf) -> Buf:
-        """Filters in KRSC order: transposed once on the host when constant, else by a copy kernel."""
-        if is_nhwc(w.shape):
-            return w
-        base = ins
-        if base.is_literal() and w.shape.standard():
-            value = np.asarray(base.op.value)  # type: ignore[attr-defined]
-            krsc = self._derived(base, ("krsc",), lambda: np.ascontiguousarray(value.transpose(0, 2, 3, 1)))
-            buf = self._weight(krsc, "conv weight (KRSC)")
-            return Buf(buf.storage, 0, nhwc_shape(w.shape))
-        return self._relayout(w, "conv weight")
 
     def _derived(self, lit: Instruction, what: tuple, make: Callable[[], np.ndarray]) -> np.ndarray:
         """``make()``, computed from the literal ``lit`` alone: one array for every compile of the subgraph
@@ -363,7 +320,7 @@ class Lowering:
             return
         *batch_lens, m, k = a.shape.lens
         n = b.shape.lens[-1]
-        batch = int(np.prod(batch_lens)) if batch_lens else 1
+        batch = math.prod(batch_lens)  # not np.prod: ~5 us a call, on every GEMM of every shape
         a = self._matrix_ready(a)
         b = self._matrix_ready(b)
         la, lb = matrix_layout(a.shape), matrix_layout(b.shape)
@@ -393,45 +350,10 @@ class Lowering:
             return self._copy(buf, "gemm operand")
         return buf
 
-    # -- convolution -----------------------------------------------------------------------------------------
-    def _conv(self, ins: Instruction) -> None:
-        """A ``convolution`` on cuDNN, or a ``fused_conv`` (``fuse/conv_epilogue.py``): its epilogue in
-        the cuDNN call, or in a cuBLASLt GEMM's for a 1x1 convolution on channels-last activations."""
-        fused = ins.name == "fused_conv"
-        conv = body_op(ins, "convolution") if fused else ins.op
-        if fused and (not self._conv_on_dnn(conv, ins.shape) or self.conv_epilogue == "kernel"):
-            return self._lower_body(ins)  # optimised where cuDNN loads, or the epilogue switched off
-        epi = {k: fused and bool(getattr(ins.op, k)) for k in ("bias", "residual", "relu")}
-        x, w = (self._read(a) for a in ins.inputs[:2])
-        if self.channels_last and self.use_blas and pointwise_conv(conv, ins.inputs[1].shape, ins.shape):
-            return self._conv_as_gemm(ins, conv, x, w, epi)
-        if self.channels_last and x.shape.ndim() == 4:
-            if not is_nhwc(x.shape):
-                x = self._relayout(x, "conv input")
-            w = self._nhwc_weight(ins.inputs[1], w)
-        reads = [x, w, *(self._read(a) for a in ins.inputs[2:])]  # the bias, then the residual
-        out = self._new(ins.shape.as_standard(), "conv", nhwc=True)
-        self._emit(
-            ConvStep(
-                "conv" + _epilogue_label(epi), reads, [out], op=conv, has_bias=epi["bias"],
-                has_residual=epi["residual"], relu=epi["relu"],
-            )
-        )  # fmt: skip
-        self.bufs[id(ins)] = out
-
 
 def _member_of(group: list[Instruction]) -> Callable[[Instruction], bool]:
     ids = {id(g) for g in group}
     return lambda ins: id(ins) in ids
-
-
-def _epilogue_label(epi: dict[str, bool]) -> str:
-    return "".join(f" +{k}" for k in ("bias", "residual", "relu") if epi[k])
-
-
-def body_op(ins: Instruction, name: str) -> Op:
-    """The op of the (first) ``name`` instruction in the body of the fused instruction ``ins``."""
-    return next(i.op for i in ins.module_args[0].instructions if i.name == name)
 
 
 def lower(
