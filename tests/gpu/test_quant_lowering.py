@@ -317,6 +317,8 @@ def test_fp8_option_on_an_older_gpu_is_an_error_naming_option_and_gpu(monkeypatc
 
     monkeypatch.setattr(provider, "resolve_target", lambda options: "gpu")
     monkeypatch.setattr(cuda.Device, "get", classmethod(lambda cls, i=0: A100()))
+    monkeypatch.setattr(cuda, "compute_capability", lambda i=0: A100.cc)
+    monkeypatch.setenv("MIGRAPHX_EP_PREWARM", "0")  # no thread readying the pretend device
     table = tmp_path / "cal.json"
     table.write_text('{"x": [0, 1]}')
     opts = {"migraphx_fp8_enable": "1", "migraphx_int8_calibration_table_name": str(table)}
