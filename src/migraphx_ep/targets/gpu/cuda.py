@@ -113,13 +113,7 @@ class Device:
         self.context = check(cu.cuDevicePrimaryCtxRetain(self.handle), "cuDevicePrimaryCtxRetain")
         self.make_current()
         attr = cu.CUdevice_attribute
-        major = check(
-            cu.cuDeviceGetAttribute(attr.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, self.handle), "attr"
-        )
-        minor = check(
-            cu.cuDeviceGetAttribute(attr.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, self.handle), "attr"
-        )
-        self.cc = (int(major), int(minor))
+        self.cc = compute_capability(device_id)
         self.sm_count = int(
             check(cu.cuDeviceGetAttribute(attr.CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, self.handle), "attr")
         )
