@@ -92,11 +92,11 @@ def decomposition_supported(
     ``cc``: as ``instruction_supported``'s)."""
     if ins.name == "get_tuple_elem":  # an element of a decomposed tuple is a plain value
         src = ins.inputs[0]
-        if src.module_args:
-            return _check_with_modules(src, cc) if src.name in DECOMPOSITIONS else reason
-        return _check(src.op, tuple(a.shape for a in src.inputs)) if src.name in DECOMPOSITIONS else reason
-    if ins.name not in DECOMPOSITIONS:
-        return reason
+        return _decomposes(src, cc) if src.name in DECOMPOSITIONS else reason
+    return _decomposes(ins, cc) if ins.name in DECOMPOSITIONS else reason
+
+
+def _decomposes(ins: Instruction, cc: tuple[int, int] | None) -> str | None:
     if ins.module_args:
         return _check_with_modules(ins, cc)
     return _check(ins.op, tuple(a.shape for a in ins.inputs))
