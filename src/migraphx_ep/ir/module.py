@@ -139,6 +139,11 @@ class Module:
         self.instructions.pop(self._index(ins))
         ins.module = None
 
+    def recompute_shape(self, ins: Instruction) -> None:
+        """Compute ``ins``'s shape again from its inputs' (MIGraphX ``instruction::recompute_shape``): a
+        pass that changes the layout of values others read walks their users in order with it."""
+        ins.shape = self._shape_of(ins.op, ins.inputs, ins.module_args)
+
     def move_instruction(self, ins: Instruction, before: Instruction) -> None:
         self.instructions.pop(self._index(ins))
         self.instructions.insert(self._index(before), ins)

@@ -35,6 +35,19 @@ class DynamicDimension:
         return f"{{{self.min}, {self.max}{opt}}}"
 
 
+CHANNELS_LAST = (0, 2, 3, 1)  # the permutation of an NCHW value laid out NHWC
+
+
+def follow_channels_last(out: Shape, sources: Iterable[Shape]) -> Shape:
+    """``out`` (standard) laid out channels-last when one of ``sources`` is: convolutions, pooling, pad
+    and elementwise ops keep their input's layout, so a value the gpu target's layout pass made NHWC
+    stays so down a chain (MIGraphX's ops keep their inputs' permutation; here only channels-last, the
+    one layout a pass introduces, is kept)."""
+    if out.ndim() == 4 and any(s.channels_last() for s in sources):
+        return out.as_channels_last()
+    return out
+
+
 def standard_strides(lens: Sequence[int]) -> tuple[int, ...]:
     strides = [1] * len(lens)
     for i in range(len(lens) - 2, -1, -1):
@@ -99,6 +112,28 @@ class Shape:
 
     def as_standard(self) -> Shape:
         return Shape(self.type, self.lens)
+
+    @classmethod
+    def from_permutation(cls, t: DType, lens: Sequence[int], permutation: Sequence[int]) -> Shape:
+        """Packed ``lens`` whose memory order is ``permutation`` (outermost dim first): (0, 2, 3, 1) lays
+        an (N, C, H, W) value out channels-last (MIGraphX ``shape::from_permutation``)."""
+        if sorted(permutation) != list(range(len(lens))):
+            raise ValueError(f"shape: {list(permutation)} is not a permutation of {len(lens)} dims")
+        strides = [0] * len(lens)
+        step = 1
+        for d in reversed(permutation):
+            strides[d] = step
+            step *= max(lens[d], 1)
+        return cls(t, lens, strides)
+
+    def as_channels_last(self) -> Shape:
+        """This (N, C, H, W) value packed channels-last (NHWC)."""
+        return Shape.from_permutation(self.type, self.lens, CHANNELS_LAST)
+
+    def channels_last(self) -> bool:
+        """Laid out exactly as ``as_channels_last`` gives (strides compared as they are, so a value of
+        one channel is channels-last only when a layout made it so)."""
+        return len(self.lens) == 4 and self.strides == self.as_channels_last().strides
 
     # -- queries (names follow MIGraphX) --------------------------------------------------------
     @property

@@ -74,6 +74,27 @@ class Contiguous(Op):
 
 @register_op
 @dataclasses.dataclass(frozen=True)
+class Layout(Op):
+    """Copy a value into the packed layout whose memory order is ``permutation`` (outermost dim first);
+    its dims and elements are unchanged (MIGraphX ``layout``). The gpu target's layout pass puts the
+    activations and filters of 2-D convolutions channels-last with it, (0, 2, 3, 1)."""
+
+    name: ClassVar[str] = "layout"
+    permutation: tuple[int, ...] = ()
+
+    def compute_shape(self, inputs: list[Shape]) -> Shape:
+        check_shapes(self.name, inputs).has(1)
+        s = inputs[0]
+        if sorted(self.permutation) != list(range(s.ndim())):
+            raise ShapeError(f"layout: {list(self.permutation)} is not a permutation of {s.ndim()} dims")
+        return Shape.from_permutation(s.type, s.lens, self.permutation)
+
+    def compute(self, out: Shape, args: list[np.ndarray]) -> np.ndarray:
+        return np.ascontiguousarray(args[0])  # the same elements: a layout is the target's business
+
+
+@register_op
+@dataclasses.dataclass(frozen=True)
 class DimensionsOf(Op):
     """The dims ``[start, end)`` of its input *as it arrives at run time*, as int64 (MIGraphX
     ``dimensions_of``). The ONNX ``Shape`` of an input with run-time axes (ep/runtime_dims.py) becomes

@@ -14,7 +14,7 @@ import numpy as np
 
 from ..ir.dtypes import DType
 from ..ir.operation import Op, register_op
-from ..ir.shape import Shape, ShapeError, check_shapes
+from ..ir.shape import Shape, ShapeError, check_shapes, follow_channels_last
 
 INDEX_TYPES = frozenset({DType.int32_type, DType.int64_type})
 REDUCTIONS = {"none": None, "add": np.add, "mul": np.multiply, "max": np.maximum, "min": np.minimum}
@@ -231,7 +231,7 @@ class Pad(Op):
                     or (self.mode == "wrap" and max(lo, hi) > n)
                 ):
                     raise ShapeError(f"pad: {self.mode} pads {lo},{hi} too large for dim {n}")
-        return Shape(s.type, lens)
+        return follow_channels_last(Shape(s.type, lens), [s])
 
     def compute(self, out: Shape, args: list[np.ndarray]) -> np.ndarray:
         x = args[0]

@@ -16,7 +16,7 @@ import numpy as np
 
 from ..ir.module import Module
 from ..ir.operation import ModuleOp, RunModule, register_op
-from ..ir.shape import Shape, ShapeError
+from ..ir.shape import Shape, ShapeError, follow_channels_last
 
 
 def body_output(name: str, inputs: list[Shape], body: Module, same_type: bool = True) -> Shape:
@@ -37,20 +37,25 @@ def body_output(name: str, inputs: list[Shape], body: Module, same_type: bool = 
 @dataclasses.dataclass(frozen=True)
 class FusedOp(ModuleOp):
     """A chain as one op: its inputs are the body's parameters in order, its output the body's one
-    value, laid out standard (the kernel or library call writes it so), of the first input's type unless
-    ``converts`` (the body may then widen its input and narrow its result)."""
+    value, of the first input's type unless ``converts`` (the body may then widen its input and narrow
+    its result). Laid out standard (the kernel or library call writes it so) unless ``layout_from``
+    says which inputs' channels-last layout it keeps (the gpu target's layout pass made them so)."""
 
     converts: ClassVar[bool] = False
 
     def arity(self) -> int:
         raise NotImplementedError(self.name)
 
+    def layout_from(self, inputs: list[Shape], out: Shape) -> list[Shape]:
+        return []
+
     def compute_shape_with_modules(self, inputs: list[Shape], mods: list[Module]) -> Shape:
         if len(mods) != 1 or len(inputs) != self.arity():
             raise ShapeError(
                 f"{self.name}: needs one submodule and {self.arity()} inputs, given {len(inputs)}"
             )
-        return body_output(self.name, inputs, mods[0], same_type=not self.converts).as_standard()
+        out = body_output(self.name, inputs, mods[0], same_type=not self.converts).as_standard()
+        return follow_channels_last(out, self.layout_from(inputs, out))
 
     def compute_with_modules(
         self, out: Shape, args: list[np.ndarray], mods: list[Module], run: RunModule
@@ -110,6 +115,9 @@ class FusedConv(FusedEpilogue):
 
     name: ClassVar[str] = "fused_conv"
 
+    def layout_from(self, inputs: list[Shape], out: Shape) -> list[Shape]:
+        return inputs[:1]  # the activations' layout, as ``convolution``
+
 
 @register_op
 @dataclasses.dataclass(frozen=True)
@@ -124,7 +132,11 @@ class FusedPointwise(FusedOp):
     def compute_shape_with_modules(self, inputs: list[Shape], mods: list[Module]) -> Shape:
         if len(mods) != 1:
             raise ShapeError(f"{self.name}: needs one submodule, given {len(mods)}")
-        return body_output(self.name, inputs, mods[0], same_type=False).as_standard()
+        out = body_output(self.name, inputs, mods[0], same_type=False).as_standard()
+        return follow_channels_last(out, self.layout_from(inputs, out))
+
+    def layout_from(self, inputs: list[Shape], out: Shape) -> list[Shape]:
+        return [s for s in inputs if s.lens == out.lens]  # elementwise: its full-size inputs' layout
 
 
 __all__ = [

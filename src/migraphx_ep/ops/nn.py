@@ -14,7 +14,7 @@ import numpy as np
 
 from ..ir.dtypes import FLOAT_TYPES, INT_TYPES, DType, from_numpy, is_float, strided_view
 from ..ir.operation import Op, register_op
-from ..ir.shape import Shape, ShapeError, check_shapes
+from ..ir.shape import Shape, ShapeError, check_shapes, follow_channels_last
 from .base import NUMERIC_TYPES
 
 CONV_TYPES = frozenset(FLOAT_TYPES - {DType.fp8e4m3fnuz_type, DType.fp8e5m2fnuz_type})
@@ -124,7 +124,8 @@ class Convolution(Op):
         check_shapes(self.name, inputs).has(2).same_type().types(CONV_TYPES | {DType.int32_type})
         x, w = inputs
         p, s, d = self.attrs(x.ndim() - 2)
-        return Shape(x.type, conv_output_lens(self.name, x, w, p, s, d, self.group))
+        out = Shape(x.type, conv_output_lens(self.name, x, w, p, s, d, self.group))
+        return follow_channels_last(out, [x])
 
     def compute(self, out: Shape, args: list[np.ndarray]) -> np.ndarray:
         x, w = args
@@ -245,7 +246,7 @@ class Pooling(Op):
             pool_output_len(x.lens[2 + i], p[i], p[i + k], self.lengths[i], s[i], d[i], self.ceil_mode)
             for i in range(k)
         ]
-        return Shape(x.type, (*x.lens[:2], *out))
+        return follow_channels_last(Shape(x.type, (*x.lens[:2], *out)), [x])
 
     def compute(self, out: Shape, args: list[np.ndarray]) -> np.ndarray:
         x = args[0]

@@ -52,7 +52,9 @@ class PoolingIndices(Op):
         )
 
     def compute_shape(self, inputs: list[Shape]) -> Shape:
-        return self.pooling().compute_shape(inputs).with_type(DType.int64_type)
+        # Standard whatever the input's layout (the pooled values keep a channels-last one; a kernel
+        # of its own writes these positions).
+        return self.pooling().compute_shape(inputs).as_standard().with_type(DType.int64_type)
 
     def compute(self, out: Shape, args: list[np.ndarray]) -> np.ndarray:
         x = args[0]
