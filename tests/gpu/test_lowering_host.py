@@ -24,6 +24,7 @@ from migraphx_ep.targets.gpu.decompose import gpu_pipeline
 from migraphx_ep.targets.gpu.errors import device_error
 from migraphx_ep.targets.gpu.kernels.headers import expand
 from migraphx_ep.targets.gpu.kernels.spec import canonical
+from migraphx_ep.targets.gpu.layout import layout_convolution
 from migraphx_ep.targets.gpu.lowering import lower
 from migraphx_ep.targets.gpu.steps import Buf, KernelStep
 
@@ -72,14 +73,15 @@ def host_kernels(monkeypatch, kdir):
     monkeypatch.setenv("MIGRAPHX_EP_RUNTIME_SIZES", "1")
 
 
-def check(model: onnx.ModelProto, feeds: dict[str, np.ndarray], nhwc: bool, tol: float) -> None:
+def check(model: onnx.ModelProto, feeds: dict[str, np.ndarray], nhwc: bool | None, tol: float) -> None:
     g = model_to_dict(model)
     shapes = {k: Shape(from_numpy(v.dtype), v.shape) for k, v in feeds.items()}
     ref = parse_graph(g, shapes).program
     ref.compile(get_target("ref"))
     m = parse_graph(g, shapes, specialize=True).program.get_main_module()
-    run_passes(m, gpu_pipeline())
-    low = lower(m, True, True, nhwc)
+    run_passes(m, [p for p in gpu_pipeline() if p.name != "layout_convolution"])
+    layout_convolution(m, mode=None if nhwc is None else str(int(nhwc)))
+    low = lower(m, True, True)
     assert any(isinstance(s, KernelStep) and runs_here(s.spec) for s in low.steps)
     for got, want in zip(simulate.run_steps(low, feeds), ref.run_numpy(feeds), strict=True):
         assert got.shape == want.shape and got.dtype == want.dtype

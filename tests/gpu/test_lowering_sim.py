@@ -20,6 +20,7 @@ from migraphx_ep.ir.shape import Shape
 from migraphx_ep.passes import run_passes
 from migraphx_ep.targets import get_target
 from migraphx_ep.targets.gpu.fuse import fusion_passes
+from migraphx_ep.targets.gpu.layout import layout_convolution
 from migraphx_ep.targets.gpu.lowering import lower
 from migraphx_ep.targets.gpu.memory import Storage, check_plan, plan
 from migraphx_ep.targets.gpu.simulate import run_steps
@@ -42,7 +43,9 @@ def _lower(prog, channels_last: bool | None = None) -> Lowered:
     so ``prog`` stays the ref oracle)."""
     m = prog.clone().get_main_module()
     run_passes(m, fusion_passes())
-    return lower(m, use_blas=True, use_dnn=True, channels_last=channels_last)
+    layout_convolution(m, mode=None if channels_last is None else str(int(channels_last)))
+    m.validate()
+    return lower(m, use_blas=True, use_dnn=True)
 
 
 def _feeds(prog) -> dict[str, np.ndarray]:

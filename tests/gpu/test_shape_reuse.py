@@ -25,6 +25,7 @@ from migraphx_ep.ir.shape import Shape
 from migraphx_ep.passes import run_passes
 from migraphx_ep.targets.gpu.decompose import gpu_pipeline
 from migraphx_ep.targets.gpu.kernels.spec import canonical
+from migraphx_ep.targets.gpu.layout import layout_convolution
 from migraphx_ep.targets.gpu.lowering import lower
 from migraphx_ep.targets.gpu.steps import KernelStep
 
@@ -38,9 +39,10 @@ def bodies(
     g = model_to_dict(model)
     shapes = {n: Shape(from_onnx(g["values"][n]["dtype"]), lens[n]) for n in g["inputs"]}
     m = parse_graph(g, shapes, specialize=True).program.get_main_module()
-    run_passes(m, gpu_pipeline())
+    run_passes(m, [p for p in gpu_pipeline() if p.name != "layout_convolution"])
+    layout_convolution(m, mode=None if nhwc is None else str(int(nhwc)))
     out = {}
-    for s in lower(m, True, True, nhwc).steps:
+    for s in lower(m, True, True).steps:
         if isinstance(s, KernelStep):
             kind = s.op.name if s.op is not None else s.label.split()[0]
             out[canonical(s.spec).source] = "pointwise" if s.expr is not None else kind

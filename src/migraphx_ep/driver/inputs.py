@@ -27,6 +27,7 @@ VALUE_PRESERVING = frozenset(
         "convert",
         "flatten",
         "identity",
+        "layout",
         "multibroadcast",
         "reshape",
         "reshape_lazy",

@@ -27,7 +27,9 @@ log = logging.getLogger("migraphx_ep")
 # 3: the gpu target fuses layernorm and GEMM/convolution epilogues in passes (fused_* instructions), no
 #    longer while lowering: a program stored before holds them unfused and would load and run slower
 # 4: pointwise chains too (fused_pointwise): a program stored before would lower one kernel per op
-KEY_VERSION = 4
+# 5: channels-last convolutions are laid out by a pass (``layout`` instructions), no longer while
+#    lowering: a program stored before would lower NCHW
+KEY_VERSION = 5
 _BIG = 1 << 20
 
 

@@ -8,10 +8,11 @@ in ``fuse/`` have decided by now:
 2. views (transpose, broadcast, slice, ...) produce no step: a value is (storage, byte offset, strided
    shape), and kernels read through the strides;
 3. each remaining instruction becomes one step: a generated kernel, a cuBLASLt GEMM or a cuDNN conv.
-What stays here is applying layout (``layout.py`` decides: channels-last activations for 2-D
-convolutions, which ``conv_lowering.py`` lowers) and the copies a library call needs. The steps and
-buffers are ``steps.py``'s; storages get arena offsets from its ``plan_lowered``. What can be lowered at
-all is ``support.py``'s question.
+Each value is written in the layout its shape says (``layout.py``'s pass put convolutions' activations
+channels-last; ``conv_lowering.py`` lowers them and the ``layout`` copies); what stays here is the
+copies a library call needs, and keeping a channels-last layout an int8/fp8 convolution wrote by
+itself. The steps and buffers are ``steps.py``'s; storages get arena offsets from its
+``plan_lowered``. What can be lowered at all is ``support.py``'s question.
 """
 
 from __future__ import annotations
@@ -29,13 +30,14 @@ from ...ir.shape import Shape
 from ...ir.weights import WeightCache
 from ...switches import env_choice
 from . import kernels as K
-from .conv_lowering import body_op, lower_conv
+from .conv_lowering import lower_conv, lower_layout
+from .fuse.body import body_op
 from .fuse.pointwise import is_pointwise, pointwise_groups
 from .gqa import lower_gqa
 from .kernel_memo import KernelMemo, body_key, op_key, pointwise_key
 from .kernels.attention import attention_kernel
 from .kernels.spec import KernelSpec, PwConst, PwExpr, PwInput, PwOp, Unsupported
-from .layout import is_nhwc, matrix_layout, nhwc_shape, want_channels_last
+from .layout import is_nhwc, matrix_layout
 from .libcalls import GEMM_TYPES, dnn_conv
 from .memory import Storage
 from .quant import lower_quant
@@ -52,13 +54,10 @@ class Lowering:
         module: Module,
         use_blas: bool,
         use_dnn: bool,
-        channels_last: bool | None = None,
         weights: WeightCache | None = None,
     ) -> None:
         self.m = module
         self.weight_cache = weights  # host layouts of weights, shared with other shapes' compiles
-        # NHWC activations for 2-D convolutions (tensor-core kernels want them); None = decide per model.
-        self.channels_last = channels_last
         # Where a convolution's bias/residual/relu run: in cuDNN's fused call ("cudnn"), or as one
         # generated pointwise kernel after a plain cuDNN convolution ("kernel").
         self.conv_epilogue = env_choice("MIGRAPHX_EP_CONV_EPILOGUE", "cudnn", ("cudnn", "kernel"))
@@ -77,8 +76,8 @@ class Lowering:
 
     # -- storage ----------------------------------------------------------------------------------------
     def _new(self, shape: Shape, label: str, nhwc: bool = False) -> Buf:
-        if nhwc and self.channels_last and shape.ndim() == 4:
-            shape = nhwc_shape(shape)
+        if nhwc and shape.ndim() == 4:
+            shape = shape.as_channels_last()
         st = Storage(shape.bytes(), "arena", label=label)
         self.storages.append(st)
         return Buf(st, 0, shape)
@@ -95,8 +94,6 @@ class Lowering:
 
     # -- walking ------------------------------------------------------------------------------------------
     def run(self) -> Lowered:
-        if self.channels_last is None:
-            self.channels_last = want_channels_last(self.m, self.use_dnn)
         ret = None
         for ins in self.m.instructions:
             if ins.is_return():
@@ -132,6 +129,8 @@ class Lowering:
             self.bufs[id(ins)] = self._weight(lit.value, "literal", lit.compute_shape([]))
         elif is_view(ins):
             self.bufs[id(ins)] = self._view(ins)
+        elif ins.name == "layout":  # layout.py's pass put it before a convolution
+            lower_layout(self, ins)
         elif ins.name == "fused_pointwise":  # fuse/pointwise.py made it: one kernel for its chain
             self._fused_pointwise(ins)
         elif is_pointwise(ins):  # a lone pointwise op: a kernel of its own
@@ -213,11 +212,15 @@ class Lowering:
         for p, a in zip(body.get_parameters(), ins.inputs, strict=True):
             self.bufs[id(p)] = self.bufs[id(a)]
         root = body.get_return().inputs[0]  # type: ignore[union-attr]
-        self.bufs[id(ins)] = self._pointwise(root, lambda b: not b.is_param() and scalar_value(b) is None)
+        inner = lambda b: not b.is_param() and scalar_value(b) is None  # noqa: E731
+        self.bufs[id(ins)] = self._pointwise(root, inner, ins.shape)
 
-    def _pointwise(self, root: Instruction, inner: Callable[[Instruction], bool]) -> Buf:
+    def _pointwise(
+        self, root: Instruction, inner: Callable[[Instruction], bool], layout: Shape | None = None
+    ) -> Buf:
         """One kernel computing ``root`` from the instructions under it that are ``inner`` (named after
-        ``root``, which, in a fused op's body, is the chain's last op)."""
+        ``root``, which, in a fused op's body, is the chain's last op), written in ``layout`` (the fused
+        instruction's shape) where that is channels-last."""
         inputs: list[Buf] = []
         index: dict[int, int] = {}
 
@@ -234,7 +237,7 @@ class Lowering:
             return PwInput(index[key])
 
         expr = build(root)
-        nhwc = any(is_nhwc(b.shape) and b.shape.lens == root.shape.lens for b in inputs)
+        nhwc = (layout is not None and layout.channels_last()) or _keeps_nhwc(root.shape, inputs)
         out = self._new(root.shape.as_standard(), root.name, nhwc)
         spec = self._pointwise_spec(self._name(root), expr, [b.shape for b in inputs], out.shape)
         self._emit(KernelStep(f"pointwise {root.name}", inputs, [out], spec=spec, expr=expr))
@@ -298,7 +301,9 @@ class Lowering:
         args = [self._read(a) for a in ins.inputs]
         if ins.name == "resize":  # its coordinate tables are data, so one source serves every size
             args.append(self._weight(K.resize_table(ins.op, args[0].shape), "resize table"))
-        keeps_layout = ins.name in ("pooling", "pad") and is_nhwc(args[0].shape)
+        keeps_layout = ins.name in ("pooling", "pad") and (
+            ins.shape.channels_last() or is_nhwc(args[0].shape)
+        )
         out = self._new(ins.shape.as_standard(), ins.name, keeps_layout)
         shapes, op, ok = [a.shape for a in args], ins.op, op_key(ins.op)
         key = None if ok is None else ("op", ok, tuple(shapes), out.shape)
@@ -351,6 +356,12 @@ class Lowering:
         return buf
 
 
+def _keeps_nhwc(out: Shape, reads: list[Buf]) -> bool:
+    """An input of the output's dims is in a channels-last layout an int8/fp8 convolution wrote by itself
+    (``quant.py``; the IR does not describe it): an elementwise kernel writes in it too, coalesced."""
+    return any(is_nhwc(b.shape) and b.shape.lens == out.lens for b in reads)
+
+
 def _member_of(group: list[Instruction]) -> Callable[[Instruction], bool]:
     ids = {id(g) for g in group}
     return lambda ins: id(ins) in ids
@@ -360,10 +371,9 @@ def lower(
     module: Module,
     use_blas: bool,
     use_dnn: bool,
-    channels_last: bool | None = None,
     weights: WeightCache | None = None,
 ) -> Lowered:
-    return Lowering(module, use_blas, use_dnn, channels_last, weights).run()
+    return Lowering(module, use_blas, use_dnn, weights).run()
 
 
 __all__ = ["Lowering", "body_op", "lower"]

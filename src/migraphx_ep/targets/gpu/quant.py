@@ -45,7 +45,7 @@ from .kernels.conv import conv_supported
 from .kernels.gemm import gemm_supported
 from .kernels.quant import im2col_kernel, quantize_fp8_kernel
 from .kernels.spec import Unsupported
-from .layout import is_nhwc, matrix_layout, nhwc_shape
+from .layout import is_nhwc, matrix_layout
 from .steps import Buf, GemmStep, KernelStep
 
 if TYPE_CHECKING:
@@ -250,7 +250,7 @@ def _rows_as_they_are(x: Shape, im: Im2col, columns: int) -> bool:
     if x.ndim() != 4:
         return False
     return (
-        x.strides == nhwc_shape(x).strides
+        x.channels_last()
         and x.lens[1] == columns
         and all(k == 1 for k in im.kernel)  # type: ignore[attr-defined]
         and not any(im.padding)  # type: ignore[attr-defined]

@@ -49,6 +49,8 @@ def kernel_supported(ins: Instruction) -> str | None:
         return f"{ins.name}: control flow does not run on the gpu target"
     if ins.name == "bit_cast":  # a view of the same bytes (element widths are equal)
         return K.pointwise_supported(IDENTITY, [ins.inputs[0].shape.type, ins.shape.type])
+    if ins.name == "layout":  # a copy kernel into the layout, or none (conv_lowering.laid_out)
+        return K.pointwise_supported(IDENTITY, [ins.shape.type, ins.shape.type])
     if ins.name == "group_query_attention":
         return gqa_supported(ins)
     if ins.name == "get_tuple_elem" and ins.inputs[0].name == "group_query_attention":

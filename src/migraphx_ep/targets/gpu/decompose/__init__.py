@@ -169,11 +169,13 @@ def gpu_pipeline(
     """The gpu target's passes: dot/convolution of dequantised int8/fp8 operands become quant_dot /
     quant_convolution first (MIGraphX's gpu pipeline does too; the ref keeps dequantise-first as its
     oracle), then decompositions, so the shared simplifications see their parts (``weights``: see
-    ``ref_pipeline``); fusions last, on the simplified chains they match, library epilogues only for
-    the libraries that load (``use_blas``: cuBLASLt, ``use_dnn``: cuDNN). Run-time dims before all:
+    ``ref_pipeline``); fusions next, on the simplified chains they match, library epilogues only for
+    the libraries that load (``use_blas``: cuBLASLt, ``use_dnn``: cuDNN); the layout of convolutions'
+    activations last (layout.py), on the fused instructions the lowering runs. Run-time dims before all:
     their check reads the program as parsed (runtime_dims.py)."""
     from ..fuse import fusion_passes
     from ..fuse.horizontal import FUSE_HORIZONTAL_DOTS, fuse_horizontal_dots
+    from ..layout import layout_pass
     from ..runtime_dims import DIMS_AS_INPUTS
 
     return [
@@ -185,6 +187,7 @@ def gpu_pipeline(
         *[with_weights(FUSE_HORIZONTAL_DOTS, fuse_horizontal_dots, weights), DCE] * use_blas,
         *ref_pipeline(weights),
         *fusion_passes(use_blas, use_dnn),
+        layout_pass(use_blas, use_dnn),
     ]
 
 

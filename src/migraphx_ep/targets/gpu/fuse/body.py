@@ -113,9 +113,15 @@ def chain_inputs_outside(chain: Iterable[Instruction | None], inputs: Iterable[I
     return not any(x is not None and id(x) in inner for x in inputs)
 
 
+def body_op(ins: Instruction, name: str) -> Op:
+    """The op of the (first) ``name`` instruction in the body of the fused instruction ``ins``."""
+    return next(i.op for i in ins.module_args[0].instructions if i.name == name)
+
+
 __all__ = [
     "MARK",
     "body_name",
+    "body_op",
     "body_names",
     "chain_inputs_outside",
     "copy_chain",
