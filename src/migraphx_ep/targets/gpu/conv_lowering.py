@@ -13,7 +13,6 @@ import numpy as np
 from ...ir.instruction import Instruction
 from ...ir.operation import Op
 from ...ir.shape import Shape
-from . import kernels as K
 from .fuse.body import body_op
 from .kernels.spec import PwInput, PwOp
 from .layout import pointwise_conv
@@ -103,7 +102,7 @@ def laid_out(lw: Lowering, base: Instruction, src: Buf, target: Shape, label: st
         return Buf(buf.storage, 0, target)
     out = lw._new(target, label)
     expr = PwOp(IDENTITY, (PwInput(0),), src.shape.type)
-    spec = K.pointwise_kernel(f"k{len(lw.steps)}_layout", expr, [src.shape], out.shape)
+    spec = lw._pointwise_spec(f"k{len(lw.steps)}_layout", expr, [src.shape], out.shape)
     lw._emit(
         KernelStep(
             f"to NHWC ({label})" if target.channels_last() else label, [src], [out], spec=spec, expr=expr
