@@ -213,3 +213,14 @@ def test_a_template_instantiates_the_layouts_of_the_full_compile(model: str, cop
 
 def test_make_op_knows_layout() -> None:
     assert make_op("layout", permutation=[0, 2, 3, 1]).permutation == (0, 2, 3, 1)
+
+
+def test_an_mxr_file_keeps_the_layouts(tmp_path: Path) -> None:
+    from migraphx_ep import mxr
+
+    graph = model_to_dict(onnx.load(MODELS / "mobilenet_v2_fp16.onnx"))
+    prog = _optimised(graph, 2, WeightCache())
+    mxr.save(prog, tmp_path / "m.mxr")
+    back = mxr.load(tmp_path / "m.mxr")
+    assert _instructions(back) == _instructions(prog)
+    assert any(i.name == "layout" and i.shape.channels_last() for i in back.get_main_module().instructions)
