@@ -20,10 +20,17 @@ import numpy as np
 
 from ..ir.dtypes import FLOAT_TYPES, INT_TYPES, DType
 from ..ir.operation import Op, register_op
-from ..ir.shape import Shape, check_shapes
+from ..ir.shape import Shape, check_shapes, follow_channels_last
 
 NUMERIC_TYPES = FLOAT_TYPES | INT_TYPES
 ALL_TYPES = NUMERIC_TYPES | {DType.bool_type}
+
+
+def elementwise_shape(inputs: list[Shape], t: DType | None = None, first: int = 0) -> Shape:
+    """An elementwise op's output: its ``first`` input's dims (of type ``t``, else that input's), laid
+    out channels-last when an input is (what the gpu target's layout pass made so stays so along a
+    chain of lone elementwise ops too), else standard."""
+    return follow_channels_last(inputs[first].with_lens(inputs[first].lens, t), inputs)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -37,7 +44,7 @@ class UnaryOp(Op):
 
     def compute_shape(self, inputs: list[Shape]) -> Shape:
         check_shapes(self.name, inputs).has(1).types(self.types)
-        return inputs[0].with_lens(inputs[0].lens, self.result_type)
+        return elementwise_shape(inputs, self.result_type)
 
     def compute(self, out: Shape, args: list[np.ndarray]) -> np.ndarray:
         with np.errstate(all="ignore"):
@@ -55,7 +62,7 @@ class BinaryOp(Op):
 
     def compute_shape(self, inputs: list[Shape]) -> Shape:
         check_shapes(self.name, inputs).has(2).same_type().same_dims().types(self.types)
-        return inputs[0].with_lens(inputs[0].lens, self.result_type)
+        return elementwise_shape(inputs, self.result_type)
 
     def compute(self, out: Shape, args: list[np.ndarray]) -> np.ndarray:
         with np.errstate(all="ignore"):

@@ -16,7 +16,7 @@ import numpy as np
 from ..ir.dtypes import FLOAT_TYPES, INT_TYPES, SIGNED_INT_TYPES, DType, to_numpy
 from ..ir.operation import Op, register_op
 from ..ir.shape import Shape, check_shapes
-from .base import NUMERIC_TYPES, binary, unary
+from .base import NUMERIC_TYPES, binary, elementwise_shape, unary
 
 SIGNED = FLOAT_TYPES | SIGNED_INT_TYPES
 BOOL = frozenset({DType.bool_type})
@@ -179,7 +179,7 @@ class Where(Op):
         if inputs[0].type != DType.bool_type:
             raise c.fail("condition must be bool")
         check_shapes(self.name, inputs[1:]).same_type()
-        return inputs[1].with_lens(inputs[1].lens)
+        return elementwise_shape(inputs, first=1)
 
     def compute(self, out: Shape, args: list[np.ndarray]) -> np.ndarray:
         return np.where(args[0], args[1], args[2]).astype(out.dtype, copy=False)
@@ -195,7 +195,7 @@ class Clip(Op):
 
     def compute_shape(self, inputs: list[Shape]) -> Shape:
         check_shapes(self.name, inputs).has(3).same_type().same_dims().types(NUMERIC_TYPES)
-        return inputs[0].with_lens(inputs[0].lens)
+        return elementwise_shape(inputs)
 
     def compute(self, out: Shape, args: list[np.ndarray]) -> np.ndarray:
         x, lo, hi = args

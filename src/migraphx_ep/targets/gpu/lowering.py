@@ -134,7 +134,7 @@ class Lowering:
         elif ins.name == "fused_pointwise":  # fuse/pointwise.py made it: one kernel for its chain
             self._fused_pointwise(ins)
         elif is_pointwise(ins):  # a lone pointwise op: a kernel of its own
-            self._pointwise(ins, lambda a: False)
+            self._pointwise(ins, lambda a: False, ins.shape)
         elif ins.name == "reshape" or ins.name == "flatten" or ins.name == "contiguous":
             src = self.bufs[id(ins.inputs[0])]
             view = None if ins.name == "contiguous" else strided_reshape(src.shape, ins.shape.lens)
