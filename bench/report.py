@@ -270,6 +270,38 @@ def compile_table(by: dict[tuple, dict]) -> list[str]:
     return out
 
 
+def launches_table(by: dict[tuple, dict]) -> list[str]:
+    """Kernels per model: what our program launches per Run (the IOBinding row's ``launches``)."""
+    head = ["model", "batch", "dtype", "steps", "generated kernels", "cuBLASLt GEMMs", "cuDNN convolutions",
+            "CUDA graph: kernels", "CUDA graph: other nodes"]  # fmt: skip
+    out = []
+    for model, batch, dtype in row_dtype_order({k[:3] for k in by}):
+        n = (by.get((model, batch, dtype, IOB)) or {}).get("launches")
+        if not n:
+            continue
+        kernels = n.get("graph_kernel")
+        other = sum(
+            v for k, v in n.items() if k.startswith("graph_") and k not in ("graph_kernel", "graph_error")
+        )
+        cells = [n["steps"], n["generated"], n["gemm"], n["conv"], kernels if kernels is not None else "—",
+                 other if kernels is not None else "—"]  # fmt: skip
+        out.append(f"| {_title(model, batch)} | {dtype} | " + " | ".join(map(str, cells)) + " |")
+    if not out:
+        return []
+    return [
+        "## Kernels per model",
+        "",
+        "What our program launches per Run (IOBinding rows): its steps (one generated kernel, cuBLASLt "
+        "call or cuDNN call each; views and constants cost none) and the nodes of the CUDA graph a Run "
+        "replays (the libraries' own kernels included).",
+        "",
+        "| " + " | ".join(head) + " |",
+        "|" + "---|" * len(head),
+        *out,
+        "",
+    ]
+
+
 def accuracy_table(by: dict[tuple, dict]) -> list[str]:
     head = [
         "model",
@@ -412,6 +444,7 @@ def markdown(
         "",
         *compile_table(timed),
         "",
+        *launches_table(timed),
         "## Accuracy",
         "",
         "Largest difference over all outputs, at the row's inputs: max |ours - ref| and that divided by "

@@ -319,6 +319,31 @@ def _graph_replay(compiled: list) -> Callable[[], None] | None:
     return replay
 
 
+def _launches(compiled: list) -> dict[str, int] | None:
+    """What the session's one program launches per Run: its steps by kind (generated kernels, cuBLASLt
+    GEMMs, cuDNN convolutions) and its CUDA graph's nodes by type (every kernel, the libraries' own
+    included). None with several programs (partitions)."""
+    from migraphx_ep.targets.gpu.steps import ConvStep, GemmStep, KernelStep
+
+    exes = [p._exe for c in compiled for p in c.programs.values()]
+    if len(exes) != 1 or not hasattr(exes[0], "lowered"):
+        return None
+    steps = exes[0].lowered.steps
+    out = {
+        "steps": len(steps),
+        "generated": sum(isinstance(s, KernelStep) for s in steps),
+        "gemm": sum(isinstance(s, GemmStep) for s in steps),
+        "conv": sum(isinstance(s, ConvStep) for s in steps),
+    }
+    graph = getattr(exes[0], "graph", None)
+    if graph is not None:
+        try:
+            out.update({f"graph_{k}": n for k, n in graph.node_counts().items()})
+        except Exception as e:  # noqa: BLE001 - the row keeps its step counts
+            out["graph_error"] = str(e)[:200]  # type: ignore[assignment]
+    return out
+
+
 def _interleaved_overhead_us(step: Callable[[], Any], replay: Callable[[], None], blocks: int = 12) -> float:
     """The median over blocks of (a block's median Run - the next block's median replay), in µs: Runs and
     replays alternate in short blocks so the GPU's clock changes hit both alike. Measured one after the
@@ -347,6 +372,9 @@ def migraphx_ep_iobinding(row: Row) -> Result:
         graph_ms = measure(replay, s.warmup, s.runs, cap_s=s.cap_s)[0]["ms"] if replay is not None else None
         rec = {"timed": "device_io", **times, **stats, "graph_ms": graph_ms}
         rec["providers"] = sess.get_providers()
+        launches = _launches(compiled)
+        if launches is not None:
+            rec["launches"] = launches
         if replay is not None:
             rec["overhead_us"] = _interleaved_overhead_us(step, replay)
             rec["overhead_us_separate"] = (stats["ms"] - graph_ms) * 1e3  # type: ignore[operator]

@@ -92,3 +92,18 @@ def test_a_failed_capture_destroys_its_partial_graph(cuda, monkeypatch) -> None:
     cuda.memset(buf.ptr, 1 << 20, stream.handle)  # the stream left capture mode
     stream.sync()
     buf.free()
+
+
+def test_a_captured_graph_counts_its_nodes_by_type(cuda) -> None:  # noqa: ANN001
+    """What the benchmark reports as kernels per model: the captured graph's nodes by type."""
+    buf = cuda.alloc(1 << 12)
+    stream = cuda.Stream()
+
+    def issue(h: int) -> None:
+        cuda.memset(buf.ptr, 1 << 10, h)
+        cuda.memset(buf.ptr + (1 << 10), 1 << 10, h)
+
+    graph = cuda.Graph(stream, issue)
+    assert graph.node_counts() == {"memset": 2}
+    del graph
+    buf.free()

@@ -40,9 +40,9 @@ CHANNELS_LAST = (0, 2, 3, 1)  # the permutation of an NCHW value laid out NHWC
 
 def follow_channels_last(out: Shape, sources: Iterable[Shape]) -> Shape:
     """``out`` (standard) laid out channels-last when one of ``sources`` is: convolutions, pooling, pad
-    and elementwise ops (not ``contiguous``) keep their input's layout, so a value the gpu target's layout pass made NHWC
-    stays so down a chain (MIGraphX's ops keep their inputs' permutation; here only channels-last, the
-    one layout a pass introduces, is kept)."""
+    and elementwise ops (not ``contiguous``) keep their input's layout, so a value the gpu target's
+    layout pass made NHWC stays so down a chain (MIGraphX's ops keep their inputs' permutation; here
+    only channels-last, the one layout a pass introduces, is kept)."""
     if out.ndim() == 4 and any(s.channels_last() for s in sources):
         return out.as_channels_last()
     return out

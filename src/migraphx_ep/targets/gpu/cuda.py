@@ -389,6 +389,19 @@ class Graph:
         """The captured CUgraph's address: the shell embeds it between its input and output copies."""
         return int(self._graph)
 
+    def node_counts(self) -> dict[str, int]:
+        """The captured graph's nodes by type (``kernel``, ``memcpy``, ``memset``, ...): every kernel a
+        replay launches, the libraries' own included (what the benchmark reports as kernels per model)."""
+        # cuda.bindings returns (nodes, count): asked for 0 nodes it gives the count only.
+        count = int(check(cu.cuGraphGetNodes(self._graph, 0), "cuGraphGetNodes")[-1])
+        nodes = check(cu.cuGraphGetNodes(self._graph, count), "cuGraphGetNodes")[0] if count else []
+        out: dict[str, int] = {}
+        for node in nodes:
+            kind = check(cu.cuGraphNodeGetType(node), "cuGraphNodeGetType")
+            name = kind.name.removeprefix("CU_GRAPH_NODE_TYPE_").lower()
+            out[name] = out.get(name, 0) + 1
+        return out
+
     def __del__(self) -> None:
         try:
             cu.cuGraphExecDestroy(self._exec)
