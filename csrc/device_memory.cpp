@@ -1,5 +1,6 @@
 #include "device_memory.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -234,7 +235,9 @@ bool ORT_API_CALL can_copy(const OrtDataTransferImpl*, const OrtMemoryDevice* sr
   return (src_gpu && (dst_gpu || is_cpu(dst))) || (is_cpu(src) && dst_gpu);
 }
 
-void copy_one(const OrtValue* src, OrtValue* dst) {
+// Issues one copy on its device's transfer stream and returns that stream (nullptr: nothing to copy);
+// copy_tensors synchronises each stream once, after the last copy on it.
+CuHandle copy_one(const OrtValue* src, OrtValue* dst) {
   const OrtEpApi& ep = *api().ep;
   size_t bytes = 0, dst_bytes = 0;
   check(api().ort->GetTensorSizeInBytes(src, &bytes));
@@ -243,7 +246,7 @@ void copy_one(const OrtValue* src, OrtValue* dst) {
     throw OrtError(ORT_INVALID_ARGUMENT, "copy of " + std::to_string(bytes) + " bytes into a tensor of " +
                                              std::to_string(dst_bytes));
   }
-  if (bytes == 0) return;
+  if (bytes == 0) return nullptr;
   int src_ord = -1, dst_ord = -1;
   const bool src_gpu = is_our_gpu(ep.Value_GetMemoryDevice(src), &src_ord);
   const bool dst_gpu = is_our_gpu(ep.Value_GetMemoryDevice(dst), &dst_ord);
@@ -251,9 +254,10 @@ void copy_one(const OrtValue* src, OrtValue* dst) {
   void* out = nullptr;
   check(api().ort->GetTensorMutableData(dst, &out));
   const void* in = tensor_data(src);
-  // One stream and a sync of it: every copy has landed when this returns (the host-to-device copy from
-  // pageable memory would otherwise return once staged, before the DMA: a Run on our non-blocking
-  // streams could read it half old), without a context sync (illegal while another thread captures).
+  // One stream per device and, in copy_tensors, a sync of it: every copy has landed when CopyTensors
+  // returns (the host-to-device copy from pageable memory would otherwise return once staged, before
+  // the DMA: a Run on our non-blocking streams could read it half old), without a context sync
+  // (illegal while another thread captures).
   CuHandle stream = GpuDevices::get().transfer_stream(src_gpu ? src_ord : dst_ord);
   const auto dptr = [](const void* p) { return reinterpret_cast<CuDevicePtr>(p); };
   if (src_gpu && dst_gpu) {
@@ -263,15 +267,34 @@ void copy_one(const OrtValue* src, OrtValue* dst) {
   } else {
     cuda.check(cuda.memcpy_htod_async(dptr(out), in, bytes, stream), "cuMemcpyHtoDAsync");
   }
-  cuda.check(cuda.stream_synchronize(stream), "cuStreamSynchronize");
+  return stream;
 }
 
+// ORT hands a Run's feeds (and its fetches) over in one call: one sync per device for all of them, not
+// one per tensor. On an error the copies already issued are waited for too, so no DMA still writes into
+// a buffer ORT frees on the way out.
 OrtStatus* ORT_API_CALL copy_tensors(OrtDataTransferImpl*, const OrtValue** src, OrtValue** dst, OrtSyncStream**,
                                      size_t n) noexcept {
+  std::vector<CuHandle> streams;
+  const auto wait_all = [&streams](bool checked) {
+    const CudaDriver& cuda = GpuDevices::get().cuda();
+    for (CuHandle s : streams) {
+      const CuResult r = cuda.stream_synchronize(s);
+      if (checked) cuda.check(r, "cuStreamSynchronize");
+    }
+  };
   try {
-    for (size_t i = 0; i < n; ++i) copy_one(src[i], dst[i]);
+    for (size_t i = 0; i < n; ++i) {
+      CuHandle s = copy_one(src[i], dst[i]);
+      if (s != nullptr && std::find(streams.begin(), streams.end(), s) == streams.end()) streams.push_back(s);
+    }
+    wait_all(true);
     return nullptr;
   } catch (...) {
+    try {
+      wait_all(false);
+    } catch (...) {  // the driver itself failed: the original error is the one to report
+    }
     return status_from_exception("CopyTensors");
   }
 }
