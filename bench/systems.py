@@ -304,13 +304,18 @@ def _copies_ms(inputs: list[np.ndarray], outputs: list[np.ndarray], row: Row) ->
     return stats["ms"]
 
 
+def _one_executable(compiled: list) -> Any | None:
+    """The gpu executable of the session's one program; None with several (partitions, shapes)."""
+    exes = [p._exe for c in compiled for p in c.programs.values()]
+    return exes[0] if len(exes) == 1 else None
+
+
 def _graph_replay(compiled: list) -> Callable[[], None] | None:
     """One CUDA-graph replay (synchronised) of the session's one program (None with several partitions):
     what a Run costs beyond it is ORT's and the shell's overhead."""
-    exes = [p._exe for c in compiled for p in c.programs.values()]
-    if len(exes) != 1 or getattr(exes[0], "graph", None) is None:
+    exe = _one_executable(compiled)
+    if getattr(exe, "graph", None) is None:
         return None
-    exe = exes[0]
 
     def replay() -> None:
         exe.graph.launch(exe.stream.handle)
@@ -325,17 +330,17 @@ def _launches(compiled: list) -> dict[str, int] | None:
     included). None with several programs (partitions)."""
     from migraphx_ep.targets.gpu.steps import ConvStep, GemmStep, KernelStep
 
-    exes = [p._exe for c in compiled for p in c.programs.values()]
-    if len(exes) != 1 or not hasattr(exes[0], "lowered"):
+    exe = _one_executable(compiled)
+    if not hasattr(exe, "lowered"):
         return None
-    steps = exes[0].lowered.steps
+    steps = exe.lowered.steps
     out = {
         "steps": len(steps),
         "generated": sum(isinstance(s, KernelStep) for s in steps),
         "gemm": sum(isinstance(s, GemmStep) for s in steps),
         "conv": sum(isinstance(s, ConvStep) for s in steps),
     }
-    graph = getattr(exes[0], "graph", None)
+    graph = getattr(exe, "graph", None)
     if graph is not None:
         try:
             out.update({f"graph_{k}": n for k, n in graph.node_counts().items()})

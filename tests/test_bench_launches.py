@@ -36,3 +36,22 @@ def test_without_launches_there_is_no_table_and_a_graph_error_shows_as_missing()
     launches = {"steps": 5, "generated": 5, "gemm": 0, "conv": 0, "graph_error": "cuGraphGetNodes failed"}
     table = report.launches_table(report.latest([row("migraphx_ep_iobinding", launches=launches)]))
     assert "| ResNet-50 | 1 | fp16 | 5 | 5 | 0 | 0 | — | — |" in table
+
+
+def test_launches_count_the_steps_of_the_one_program_only() -> None:
+    import systems
+
+    from migraphx_ep.targets.gpu.steps import ConvStep, GemmStep, KernelStep
+
+    class Exe:  # the executable's parts the benchmark reads (no graph: a program off the GPU)
+        def __init__(self, steps: list) -> None:
+            self.lowered = type("Lowered", (), {"steps": steps})()
+
+    class Compiled:
+        def __init__(self, *exes: Exe) -> None:
+            self.programs = {i: type("P", (), {"_exe": e})() for i, e in enumerate(exes)}
+
+    steps = [object.__new__(KernelStep), object.__new__(GemmStep), object.__new__(ConvStep)]
+    assert systems._launches([Compiled(Exe(steps))]) == {"steps": 3, "generated": 1, "gemm": 1, "conv": 1}
+    assert systems._launches([Compiled(Exe(steps), Exe(steps))]) is None  # two programs: no one count
+    assert systems._graph_replay([Compiled(Exe(steps))]) is None  # no CUDA graph to replay

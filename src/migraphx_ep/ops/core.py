@@ -9,7 +9,8 @@ import numpy as np
 
 from ..ir.dtypes import DType
 from ..ir.operation import Op, register_op
-from ..ir.shape import Shape, ShapeError, check_shapes, follow_channels_last
+from ..ir.shape import Shape, ShapeError, check_shapes
+from .base import elementwise_shape
 
 
 def broadcast_lens(*all_lens: tuple[int, ...]) -> tuple[int, ...]:
@@ -129,7 +130,7 @@ class Convert(Op):
 
     def compute_shape(self, inputs: list[Shape]) -> Shape:
         check_shapes(self.name, inputs).has(1)
-        return follow_channels_last(inputs[0].with_lens(inputs[0].lens, self.target_type), inputs)
+        return elementwise_shape(inputs, self.target_type)
 
     def compute(self, out: Shape, args: list[np.ndarray]) -> np.ndarray:
         x = args[0]
