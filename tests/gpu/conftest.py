@@ -87,9 +87,12 @@ def timed_picks_at_once(monkeypatch):
 
 
 def count_python_runs(monkeypatch) -> dict[str, int]:
-    """Counts the Compute calls that reach Python (the shell looks ``bridge.run`` up on every call)."""
+    """Counts the Compute calls that reach Python (the shell looks ``bridge.run`` up on every call).
+    Graphs are captured at a shape's first Run here, so a count means "Python once, then native";
+    test_native_run.py checks the default (capture at the second Run) itself."""
     from migraphx_ep.ep import bridge
 
+    monkeypatch.setenv("MIGRAPHX_EP_CAPTURE_RUN", "1")
     calls = {"n": 0}
     real = bridge.run
 

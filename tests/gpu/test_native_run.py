@@ -1,6 +1,7 @@
-"""The shell's native Run path (csrc/native_run.h) on the GPU: after a shape's first Run, Compute runs the
-captured graph without entering Python, with right answers, device errors still raised, concurrent Runs
-exclusive with Python Runs, and MIGRAPHX_EP_NATIVE_RUN=0 as the off switch."""
+"""The shell's native Run path (csrc/native_run.h) on the GPU: after a shape's first Runs (the second
+captures its graph), Compute runs the captured graph without entering Python, with right answers,
+device errors still raised, concurrent Runs exclusive with Python Runs, and MIGRAPHX_EP_NATIVE_RUN=0 as
+the off switch."""
 
 from __future__ import annotations
 
@@ -208,15 +209,17 @@ def test_more_shapes_than_plans_keep_the_hot_ones_native(python_runs):
     assert python_runs["n"] == 4  # shapes 1, 2, 3 once each, and 1 again after its plan was evicted
 
 
-def test_a_programs_first_run_is_its_warm_up(gpu):
+def test_a_programs_first_run_is_its_warm_up(gpu, monkeypatch):
     # A new program does not warm up when compiled: its first Run launches the steps eagerly, which
-    # warms them up, and the native plan asked for right after captures the graph. One execution of
-    # the program for the first Run, the same answers.
+    # warms them up; no graph is captured for a shape met once. The second Run captures and replays the
+    # graph, and the native plan asked for after it uses that graph. One execution per Run, the same
+    # answers.
     from migraphx_ep.frontend import model_to_dict, parse_graph
     from migraphx_ep.ir.dtypes import from_onnx
     from migraphx_ep.ir.shape import Shape
     from migraphx_ep.timing import record
 
+    monkeypatch.delenv("MIGRAPHX_EP_CAPTURE_RUN", raising=False)
     blob, model = _bert()
     g = model_to_dict(model)
     shapes = {n: Shape(from_onnx(g["values"][n]["dtype"]), (2, 9)) for n in g["inputs"]}
@@ -227,13 +230,49 @@ def test_a_programs_first_run_is_its_warm_up(gpu):
     assert "warm-up" not in t.stages and "graph capture" not in t.stages
     ctx = exe.contexts[0]
     assert not ctx.warm and not ctx.captured
-    feeds = [feeds_for(model, batch=2, seq=9, seed=s) for s in range(3)]
+    feeds = [feeds_for(model, batch=2, seq=9, seed=s) for s in range(4)]
+    names = list(exe.lowered.inputs)
     with record() as first:
         got = prog.run_numpy(feeds[0])
     assert ctx.warm and not ctx.captured and "warm-up" not in first.stages
     _close(got, _cpu(blob, feeds[0]))
-    names = list(exe.lowered.inputs)
-    assert exe.native_plan(names, [feeds[0][n] for n in names], 4) is not None
+    assert exe.native_plan(names, [feeds[0][n] for n in names], 4) is False  # not yet: ask after a Run
+    assert not ctx.captured
+    with record() as second:
+        got = prog.run_numpy(feeds[1])
     assert ctx.captured and ctx.graph is not None
-    for f in feeds[1:]:  # graph replays now
+    assert "graph capture" in second.stages and "warm-up" not in second.stages
+    _close(got, _cpu(blob, feeds[1]))
+    assert exe.native_plan(names, [feeds[1][n] for n in names], 4) is not None
+    for f in feeds[2:]:  # graph replays now
         _close(prog.run_numpy(f), _cpu(blob, f))
+
+
+def test_a_shape_met_once_captures_no_graph(monkeypatch):
+    # The default (MIGRAPHX_EP_CAPTURE_RUN=2) through ORT: a shape's first Run is eager and captures
+    # nothing, its second captures in Python, the rest run natively; MIGRAPHX_EP_CAPTURE_RUN=1 captures
+    # at the first Run (test_repeat_runs_skip_python_and_stay_right counts that).
+    from migraphx_ep.ep import bridge
+
+    monkeypatch.setenv("MIGRAPHX_EP_BATCH_ROWS", "0")
+    monkeypatch.setenv("MIGRAPHX_EP_QUICK_PICKS", "0")  # no timed program replacing one meanwhile
+    calls = {"n": 0}
+    real = bridge.run
+
+    def counted(compiled, inputs):
+        calls["n"] += 1
+        return real(compiled, inputs)
+
+    monkeypatch.setattr(bridge, "run", counted)
+    blob, model = _bert()
+    with capture_compiled() as compiled:
+        sess = _session(blob)
+    once = feeds_for(model, batch=1, seq=5, seed=3)
+    _close(sess.run(None, once), _cpu(blob, once))
+    often = [feeds_for(model, batch=2, seq=9, seed=s) for s in range(5)]
+    for f in often:
+        _close(sess.run(None, f), _cpu(blob, f))
+    assert calls["n"] == 3  # once: 1; often: 2 (eager, then the capture), then native
+    progs = {k: p for c in compiled for k, p in c.programs.items()}
+    captured = {k[0]: p._exe.contexts[0].captured for k, p in progs.items()}
+    assert captured == {(1, 5): False, (2, 9): True}

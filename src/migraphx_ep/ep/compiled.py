@@ -314,7 +314,7 @@ class CompiledSubgraph(BackgroundCompiles, TemplateCompiles):
             b *= 2
 
     # -- running ----------------------------------------------------------------------------------
-    def native_plan(self, inputs: list[np.ndarray]) -> dict | None:
+    def native_plan(self, inputs: list[np.ndarray]) -> dict | bool | None:
         """After a Run of ``inputs``: how the C++ shell may run the same input dims again without Python
         (``GpuExecutable.native_plan``); None when it cannot (value-specialised inputs, the ref target)."""
         if self.value_inputs:
@@ -325,7 +325,7 @@ class CompiledSubgraph(BackgroundCompiles, TemplateCompiles):
             if prog is None and self.rows is not None and key not in self.rows.failed:
                 # Served by a larger batch's program while its own compiles (again, if it was
                 # evicted): ask after the next Run, rather than never.
-                return False  # type: ignore[return-value]
+                return False
         plan = getattr(getattr(prog, "_exe", None), "native_plan", None)
         if plan is None:
             return None

@@ -46,6 +46,15 @@ def run_lock() -> Any:
         return threading.Lock()
 
 
+def capture_run() -> int:
+    """``MIGRAPHX_EP_CAPTURE_RUN``: the Run of a program (one input shape) at which its CUDA graph is
+    captured and the shell's native Run path takes over; the Runs before it launch the steps one by one.
+    Default 2: a shape met once -- an OCR or detection model fed a new image size nearly every call --
+    never pays for a capture (4 ms a shape for ResNet-50) nor for a native plan it would never use, as
+    torch.compile's CUDA graph trees warm up once before they record. 1: capture after the first Run."""
+    return env_int("MIGRAPHX_EP_CAPTURE_RUN", 2, 1)
+
+
 def _use_graphs() -> bool:
     return os.environ.get("MIGRAPHX_EP_DISABLE_CUDA_GRAPH", "0") in ("", "0")
 
@@ -53,9 +62,10 @@ def _use_graphs() -> bool:
 class RunContext:
     """``defer``: no warm-up or capture now. The first Run (``GpuExecutable.run``) launches the steps
     eagerly, which warms them up as the warm-up would, and the graph is captured when first asked for
-    (the native plan right after that Run, or the next Run): a never-seen shape's first Run then
-    executes the program once, not twice (warm-up, then the graph). Capturing at once instead, with
-    no warm-up, measured no faster on the H100 (lazy loading then happens inside the capture)."""
+    (the Run numbered ``capture_run()``, or the native plan asked for after it): a never-seen shape's
+    first Run then executes the program once, not twice (warm-up, then the graph). Capturing at once
+    instead, with no warm-up, measured no faster on the H100 (lazy loading then happens inside the
+    capture)."""
 
     def __init__(self, exe: GpuExecutable, defer: bool = False) -> None:
         self.exe = exe
@@ -74,6 +84,7 @@ class RunContext:
             o if isinstance(o, np.ndarray) else (self.ptr(o), o.shape) for o in lowered.outputs
         ]
         self.warm = False  # the steps ran once (code loaded, libraries' lazy allocations made)
+        self.runs = 0  # Runs through Python (GpuExecutable.run): the graph waits for ``capture_run()``
         self.captured = False  # capture was tried (``_graph`` None after it: steps run one by one)
         self._graph: cuda.Graph | None = None
         if not defer:

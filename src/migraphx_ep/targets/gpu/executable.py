@@ -4,8 +4,10 @@ whole step list captured once as a CUDA graph.
 Run = copy inputs in, launch the graph, copy outputs out, on one stream, then one synchronisation (and a
 look at the kernels' error slots, ``errors.py``): a handful of driver calls whatever the model's size.
 Runs on one executable are serialised by a lock (they share the arena), so concurrent ``Run`` calls on
-one session give right answers. Inside the EP, only a shape's first Run comes here: ``native_plan``
-tells the C++ shell how to do the same Run without Python (``csrc/native_run.h``), sharing the lock.
+one session give right answers. Inside the EP, only a shape's first Runs come here (two by default: the
+first launches the steps eagerly, the second captures the graph, ``context.capture_run``); then
+``native_plan`` tells the C++ shell how to do the same Run without Python (``csrc/native_run.h``),
+sharing the lock.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ import numpy as np
 from ...ir.dtypes import to_numpy
 from ...timing import count, record, stage
 from . import cuda
-from .context import RunContext, max_contexts
+from .context import RunContext, capture_run, max_contexts
 from .errors import DeviceErrors
 from .kernels.spec import KernelSpec, Unsupported, canonical
 from .library_steps import Launch, LibrarySteps
@@ -246,7 +248,9 @@ class GpuExecutable(LibrarySteps):
                 arr = np.ascontiguousarray(params[name])
                 keep.append(arr)
                 cuda.memcpy_htod(ptr, arr, s)
-            graph = ctx.graph if ctx.warm else None  # the first Run is eager: it is the warm-up
+            # Eager until the Run that captures (context.capture_run); the first Run is the warm-up.
+            capture = ctx.warm and (ctx.captured or ctx.runs + 1 >= capture_run())
+            graph = ctx.graph if capture else None
             if graph is not None:
                 graph.launch(s)
             else:
@@ -262,17 +266,23 @@ class GpuExecutable(LibrarySteps):
                 results.append(host)
             self.stream.sync()
             ctx.warm = True
+            ctx.runs += 1
             self.errors.raise_if_set()
             return results
 
-    def native_plan(self, input_names: list[str], arrays: list[np.ndarray], capacity: int) -> dict | None:
+    def native_plan(
+        self, input_names: list[str], arrays: list[np.ndarray], capacity: int
+    ) -> dict | bool | None:
         """What the C++ shell needs to run this program without Python (``csrc/native_run.h``), for the
         fused node's inputs ``input_names`` as given in ``arrays``; None when it cannot (no CUDA graph,
-        or an input whose bytes differ from the parameter's, e.g. a converted type)."""
+        or an input whose bytes differ from the parameter's, e.g. a converted type); False when not yet:
+        the graph is captured at the program's ``capture_run()``-th Run (context.py), so ask again then."""
         first = self.contexts[0]
         if type(first.lock).__name__ != "RunLock":
             return None
         with first.lock:  # a deferred capture (RunContext) while another thread's Run uses the stream
+            if not first.captured and first.runs < capture_run():
+                return False
             graph = first.graph  # would capture that Run's launches too, or invalidate the capture
         if graph is None and first.launches:
             return None
