@@ -129,3 +129,18 @@ def test_run_contexts_switch_is_validated(monkeypatch):
         monkeypatch.setenv("MIGRAPHX_EP_RUN_CONTEXTS", bad)
         with pytest.raises(ValueError, match="MIGRAPHX_EP_RUN_CONTEXTS"):
             max_contexts()
+
+
+def test_capture_run_switch_is_validated(monkeypatch):
+    import pytest
+
+    from migraphx_ep.targets.gpu.context import capture_run
+
+    monkeypatch.delenv("MIGRAPHX_EP_CAPTURE_RUN", raising=False)
+    assert capture_run() == 2  # a shape's second Run captures its graph
+    monkeypatch.setenv("MIGRAPHX_EP_CAPTURE_RUN", "1")
+    assert capture_run() == 1
+    for bad in ("0", "-2", "second"):
+        monkeypatch.setenv("MIGRAPHX_EP_CAPTURE_RUN", bad)
+        with pytest.raises(ValueError, match="MIGRAPHX_EP_CAPTURE_RUN"):
+            capture_run()
