@@ -21,6 +21,8 @@ from conftest import make_model, tensor
 from migraphx_ep.testing import capture_compiled
 from test_models_ep import MODELS, feeds_for
 
+from .conftest import count_python_runs
+
 pytestmark = pytest.mark.gpu
 
 EP = "MIGraphXExecutionProvider"
@@ -252,18 +254,10 @@ def test_a_shape_met_once_captures_no_graph(monkeypatch):
     # The default (MIGRAPHX_EP_CAPTURE_RUN=2) through ORT: a shape's first Run is eager and captures
     # nothing, its second captures in Python, the rest run natively; MIGRAPHX_EP_CAPTURE_RUN=1 captures
     # at the first Run (test_repeat_runs_skip_python_and_stay_right counts that).
-    from migraphx_ep.ep import bridge
-
     monkeypatch.setenv("MIGRAPHX_EP_BATCH_ROWS", "0")
     monkeypatch.setenv("MIGRAPHX_EP_QUICK_PICKS", "0")  # no timed program replacing one meanwhile
-    calls = {"n": 0}
-    real = bridge.run
-
-    def counted(compiled, inputs):
-        calls["n"] += 1
-        return real(compiled, inputs)
-
-    monkeypatch.setattr(bridge, "run", counted)
+    calls = count_python_runs(monkeypatch)
+    monkeypatch.delenv("MIGRAPHX_EP_CAPTURE_RUN")  # the helper pins it to 1: the default here
     blob, model = _bert()
     with capture_compiled() as compiled:
         sess = _session(blob)
