@@ -12,6 +12,7 @@ sharing the lock.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 import threading
@@ -241,7 +242,9 @@ class GpuExecutable(LibrarySteps):
         self.device.make_current()  # ORT may call from any thread; pinned allocation needs the context
         staging = self._staging() if borrow else None
         ctx = self.contexts[0]
-        with ctx.lock:
+        # A shape's first Run (eager: copies, every step launched one by one, the sync) is a stage of its
+        # own in a record around the Run (bench/shapes.py): it is most of what no compile stage shows.
+        with ctx.lock, stage("first run") if not ctx.warm else contextlib.nullcontext():
             s = self.stream.handle
             keep = []
             for name, ptr, _shape in self.inputs:
