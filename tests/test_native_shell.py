@@ -9,6 +9,7 @@ import time
 
 import numpy as np
 import onnxruntime as ort
+import pytest
 from onnx import TensorProto
 from onnx import helper as oh
 
@@ -92,8 +93,6 @@ def test_backends_without_plans_keep_the_python_path(monkeypatch):
 def test_without_a_gpu_the_ep_device_keeps_cpu_memory():
     """No driver or no GPU: no GPU memory info, so CI's sessions keep host-memory I/O (as before)."""
     if _C.device_io_status() == "":
-        import pytest
-
         pytest.skip("this machine has a GPU: tests/gpu/test_device_io.py covers it")
     assert migraphx_ep.get_ep_device().memory_info(ort.OrtDeviceMemoryType.DEFAULT) is None
 
@@ -116,31 +115,20 @@ def test_external_alloc_without_free_is_an_option_error():
     }  # fmt: skip
 
 
-def test_run_contexts_switch_is_validated(monkeypatch):
-    import pytest
+@pytest.mark.parametrize(
+    "name, switch, default",
+    [("MIGRAPHX_EP_RUN_CONTEXTS", "max_contexts", 4), ("MIGRAPHX_EP_CAPTURE_RUN", "capture_run", 2)],
+)
+def test_context_switches_are_validated(monkeypatch, name, switch, default):
+    # Execution contexts per program; the Run that captures a shape's graph (2: its second).
+    from migraphx_ep.targets.gpu import context
 
-    from migraphx_ep.targets.gpu.context import max_contexts
-
-    monkeypatch.delenv("MIGRAPHX_EP_RUN_CONTEXTS", raising=False)
-    assert max_contexts() == 4
-    monkeypatch.setenv("MIGRAPHX_EP_RUN_CONTEXTS", "2")
-    assert max_contexts() == 2
+    read = getattr(context, switch)
+    monkeypatch.delenv(name, raising=False)
+    assert read() == default
+    monkeypatch.setenv(name, "1")
+    assert read() == 1
     for bad in ("0", "-1", "four"):
-        monkeypatch.setenv("MIGRAPHX_EP_RUN_CONTEXTS", bad)
-        with pytest.raises(ValueError, match="MIGRAPHX_EP_RUN_CONTEXTS"):
-            max_contexts()
-
-
-def test_capture_run_switch_is_validated(monkeypatch):
-    import pytest
-
-    from migraphx_ep.targets.gpu.context import capture_run
-
-    monkeypatch.delenv("MIGRAPHX_EP_CAPTURE_RUN", raising=False)
-    assert capture_run() == 2  # a shape's second Run captures its graph
-    monkeypatch.setenv("MIGRAPHX_EP_CAPTURE_RUN", "1")
-    assert capture_run() == 1
-    for bad in ("0", "-2", "second"):
-        monkeypatch.setenv("MIGRAPHX_EP_CAPTURE_RUN", bad)
-        with pytest.raises(ValueError, match="MIGRAPHX_EP_CAPTURE_RUN"):
-            capture_run()
+        monkeypatch.setenv(name, bad)
+        with pytest.raises(ValueError, match=name):
+            read()
