@@ -93,7 +93,8 @@ std::shared_ptr<NativeContext> parse_context(py::handle obj) {
 
 void NativePlans::add(const DimsKey& key, py::handle obj) {
   // False: not yet -- these dims run on a larger batch's program while their own compiles in the
-  // background (ep/batch_serve.py); ask again after the next Run.
+  // background (ep/batch_serve.py), or the program captures its graph at a later Run
+  // (MIGRAPHX_EP_CAPTURE_RUN); ask again after the next Run.
   if (py::isinstance<py::bool_>(obj)) return;
   if (obj.is_none()) {
     constexpr size_t kMaxRefused = 4096;  // a node fed ever-new shapes must not grow without bound

@@ -1,11 +1,12 @@
 // The native Run path: a compiled gpu program runs without entering Python.
 //
-// Python compiles (ep/compiled.py, targets/gpu/executable.py); after the first Run of a shape it hands
-// the shell a *plan* for that shape (bridge.native_plan): the device context and stream, the captured
-// CUDA graph, where each input goes in the arena, where each output is read from, the kernels' error
-// slots and the executable's run lock. Every later Compute with the same input dims is then: input
-// tensors -> arena (one async copy each), one graph launch, arena -> ORT's output tensors, one stream
-// synchronisation, a look at the error slots. No GIL, no Python objects, no staging copies.
+// Python compiles (ep/compiled.py, targets/gpu/executable.py); after the Run of a shape that captured
+// its CUDA graph (the second, MIGRAPHX_EP_CAPTURE_RUN) it hands the shell a *plan* for that shape
+// (bridge.native_plan): the device context and stream, the captured CUDA graph, where each input goes
+// in the arena, where each output is read from, the kernels' error slots and the executable's run lock.
+// Every later Compute with the same input dims is then: input tensors -> arena (one async copy each),
+// one graph launch, arena -> ORT's output tensors, one stream synchronisation, a look at the error
+// slots. No GIL, no Python objects, no staging copies.
 #pragma once
 
 #include <pybind11/pybind11.h>

@@ -39,7 +39,8 @@ Calls from ORT, all with the GIL held (the shell takes it; ``session.run`` itsel
   Return one array per output (numpy scalars / 0-d and 0-size arrays are fine); dtypes must match.
 - ``native_plan(compiled, inputs)`` right after a ``run`` (optional): a dict the shell keeps, keyed by
   the inputs' dims, to run later calls with those dims natively (no Python); None: keep calling ``run``;
-  False: not yet (a background compile is under way), ask again after the next ``run``.
+  False: not yet (a background compile is under way, or the program captures its CUDA graph at a later
+  Run), ask again after the next ``run``.
 - ``release(compiled)`` when ORT releases the compute infos; ``release_ep(ep)`` on ReleaseEp.
 
 Any exception raised becomes an ORT error status (ORT_FAIL) whose message carries the exception type and

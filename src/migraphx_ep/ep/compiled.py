@@ -316,7 +316,8 @@ class CompiledSubgraph(BackgroundCompiles, TemplateCompiles):
     # -- running ----------------------------------------------------------------------------------
     def native_plan(self, inputs: list[np.ndarray]) -> dict | bool | None:
         """After a Run of ``inputs``: how the C++ shell may run the same input dims again without Python
-        (``GpuExecutable.native_plan``); None when it cannot (value-specialised inputs, the ref target)."""
+        (``GpuExecutable.native_plan``); None when it cannot (value-specialised inputs, the ref target);
+        False when not yet (a larger batch's program serves the dims, or the graph is not captured yet)."""
         if self.value_inputs:
             return None
         key = self._key(tuple(tuple(int(n) for n in a.shape) for a in inputs))
