@@ -111,6 +111,11 @@ class RunContext:
                 log.warning("CUDA graph capture failed (%s); launching steps one by one", e)
                 self._graph = None
 
+    def capture_due(self, runs: int) -> bool:
+        """Whether the graph is (or is to be) captured once ``runs`` Runs have gone through Python: the
+        one place the ``capture_run()`` policy is read (the Run deciding, and the native plan after it)."""
+        return self.captured or runs >= capture_run()
+
     @property
     def graph(self) -> cuda.Graph | None:
         """The captured graph (captured now if it was deferred); None: the steps run one by one."""

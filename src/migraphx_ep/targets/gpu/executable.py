@@ -27,7 +27,7 @@ import numpy as np
 from ...ir.dtypes import to_numpy
 from ...timing import count, record, stage
 from . import cuda
-from .context import RunContext, capture_run, max_contexts
+from .context import RunContext, max_contexts
 from .errors import DeviceErrors
 from .kernels.spec import KernelSpec, Unsupported, canonical
 from .library_steps import Launch, LibrarySteps
@@ -252,8 +252,7 @@ class GpuExecutable(LibrarySteps):
                 keep.append(arr)
                 cuda.memcpy_htod(ptr, arr, s)
             # Eager until the Run that captures (context.capture_run); the first Run is the warm-up.
-            capture = ctx.warm and (ctx.captured or ctx.runs + 1 >= capture_run())
-            graph = ctx.graph if capture else None
+            graph = ctx.graph if ctx.warm and ctx.capture_due(ctx.runs + 1) else None
             if graph is not None:
                 graph.launch(s)
             else:
@@ -284,7 +283,7 @@ class GpuExecutable(LibrarySteps):
         if type(first.lock).__name__ != "RunLock":
             return None
         with first.lock:  # a deferred capture (RunContext) while another thread's Run uses the stream
-            if not first.captured and first.runs < capture_run():
+            if not first.capture_due(first.runs):
                 return False
             graph = first.graph  # would capture that Run's launches too, or invalidate the capture
         if graph is None and first.launches:
