@@ -29,17 +29,20 @@ from migraphx_ep.ir.dtypes import from_onnx
 from migraphx_ep.ir.operation import Literal
 from migraphx_ep.ir.shape import Shape
 from migraphx_ep.ir.weights import WeightCache
+from migraphx_ep.mxr.codec import decode_program, encode_program
 from migraphx_ep.passes import run_passes
 from migraphx_ep.passes.pipelines import ref_pipeline
 from migraphx_ep.targets.gpu.decompose import gpu_pipeline
 from migraphx_ep.targets.gpu.fuse import adopt_submodules
 from migraphx_ep.targets.gpu.kernels.spec import canonical
 from migraphx_ep.targets.gpu.lowering import lower
+from migraphx_ep.targets.gpu.simulate import run_steps
 from migraphx_ep.targets.gpu.steps import KernelStep
 from migraphx_ep.targets.ref import RefExecutable
 
 MODELS = os.path.join(os.path.dirname(os.path.dirname(__file__)), "models")
 EP = "MIGraphXExecutionProvider"
+OPSET = onnx.helper.make_opsetid("", 17)
 # (batch, sequence): five programs over-determine a fit in both (1, b, s, b*s); then never-seen ones.
 SEEN = [(2, 8), (3, 5), (2, 13), (4, 9), (3, 16)]
 NEW = [(5, 7), (2, 21), (6, 3)]
@@ -135,18 +138,63 @@ def test_an_instantiated_program_is_the_full_compile(model):
 
 
 def _instructions(prog) -> list:
-    """Per module, each instruction's op name, shape and inputs (by position)."""
-    out = []
-    for m in prog.modules.values():
+    """The main module's instructions: op name, shape, inputs (by position) and the submodules it owns,
+    each described the same way (so a body shared by several ops compares equal to its copies)."""
+
+    def described(m) -> list:
         pos = {id(i): n for n, i in enumerate(m.instructions)}
-        out.append((m.name, [(i.name, i.shape, [pos[id(a)] for a in i.inputs]) for i in m.instructions]))
-    return out
+        return [
+            (i.name, i.shape, [pos[id(a)] for a in i.inputs], [described(x) for x in i.module_args])
+            for i in m.instructions
+        ]
+
+    return described(prog.get_main_module())
+
+
+def test_equal_bodies_are_built_once_and_shared():
+    # BERT's 2 layers own equal bodies (each layer's GEMM epilogues, layernorms, attention): an
+    # instantiation builds one of each and its fused ops share it; the full compile has a copy each.
+    graph, cache, _, t = fitted("bert_fp16.onnx", gpu=True)
+    inst, full = t.instantiate({"batch": 3, "sequence": 11}), optimised(graph, 3, 11, cache, gpu=True)
+    owners = [x for i in inst.get_main_module().instructions for x in i.module_args]
+    assert len(inst.modules) < len(full.modules) == len(owners) + 1
+    assert len(inst.modules) == len({id(x) for x in owners}) + 1  # every module is in the program
+    assert all(inst.modules[x.name] is x for x in owners)
+    assert _instructions(inst) == _instructions(full)
 
 
 def _steps(prog, cache) -> tuple[list[str], set[str]]:
     low = lower(prog.get_main_module(), True, True, weights=cache)
     text = [re.sub(r" at 0x[0-9a-f]+", "", str(s)) for s in low.steps]
     return text, {canonical(s.spec).source for s in low.steps if isinstance(s, KernelStep)}
+
+
+def test_bodies_that_differ_in_a_constant_are_not_shared():
+    # Two chains alike but for one constant (x * 2 + 1, x * 3 + 1): two bodies, and each output its own.
+    x = onnx.helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, ["batch", "sequence"])
+    outs = [onnx.helper.make_tensor_value_info(f"y{k}", onnx.TensorProto.FLOAT, None) for k in (2, 3)]
+    nodes, inits = [], [onnx.numpy_helper.from_array(np.array(1, np.float32), "one")]
+    for k in (2, 3):
+        inits.append(onnx.numpy_helper.from_array(np.array(k, np.float32), f"c{k}"))
+        nodes += [
+            onnx.helper.make_node("Mul", ["x", f"c{k}"], [f"m{k}"]),
+            onnx.helper.make_node("Add", [f"m{k}", "one"], [f"y{k}"]),
+        ]
+    graph = model_to_dict(
+        onnx.helper.make_model(onnx.helper.make_graph(nodes, "g", [x], outs, inits), opset_imports=[OPSET])
+    )
+    cache = WeightCache()
+    templates = Templates(["x"], [["batch", "sequence"]])
+    for b, s in SEEN:
+        templates.add({"batch": b, "sequence": s}, optimised(graph, b, s, cache, gpu=True), "t")
+    t = templates.find({"batch": 5, "sequence": 7})
+    assert t is not None and not t.same
+    inst = t.instantiate({"batch": 5, "sequence": 7})
+    assert len(inst.modules) == 3
+    feed = np.random.default_rng(0).standard_normal((5, 7)).astype(np.float32)
+    got = run_steps(lower(inst.get_main_module(), True, True, weights=cache), {"x": feed})
+    np.testing.assert_allclose(got[0], feed * 2 + 1, rtol=1e-6)
+    np.testing.assert_allclose(got[1], feed * 3 + 1, rtol=1e-6)
 
 
 def test_on_the_gpu_target_it_lowers_to_the_full_compile_and_compiles_no_kernel():
@@ -259,3 +307,13 @@ def test_other_key_splits_and_batch_1_compile_with_the_first_shape():
         splits |= {x for x in steps if "mma" in x}
         assert steps <= seen, f"{len(steps - seen)} new kernel sources at {(b, s)}"
     assert len(splits) == 3  # one attention source per split: the shapes do reach all three
+
+
+def test_a_program_with_shared_bodies_saves_and_loads():
+    # The model cache and EPContext store instantiated programs: a shared body is stored once.
+    graph, cache, _, t = fitted("bert_fp16.onnx", gpu=True)
+    inst = t.instantiate({"batch": 3, "sequence": 11})
+    spec, arrays = encode_program(inst, "t.mxr", binary=True)
+    back = decode_program(spec, arrays, None, None, "t.mxr")
+    assert len(back.modules) == len(inst.modules)
+    assert _instructions(back) == _instructions(inst)

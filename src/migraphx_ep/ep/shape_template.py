@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from typing import Any
 
 from ..ir.instruction import Instruction
@@ -156,7 +156,34 @@ class Template:
                     what = r.op if is_constant(tree) else self._intern(r.op.name, tree)
                 out.append((what, r.inputs, r.mods))
             self.modules[name] = out
-        self._plan = {name: [self._step(*rec) for rec in recs] for name, recs in self.modules.items()}
+        # Repeated layers own equal bodies (BERT-base: 100 fused ops' bodies, 10 distinct). Bodies whose
+        # records are equal fits are equal at every dims, so an instantiation builds each once and its
+        # users share it: ~1,700 instructions become ~600 (lowering rebinds a body per user).
+        self.same = self._same_modules()
+        self._plan = {
+            name: [self._step(w, i, tuple(self.same.get(x, x) for x in mods)) for w, i, mods in recs]
+            for name, recs in self.modules.items()
+            if name not in self.same
+        }
+
+    def _same_modules(self) -> dict[str, str]:
+        """Each submodule equal to an earlier one (in build order) -> that one's name. Equal: record for
+        record the same fit slot, op key, literal bytes or fitted constant, the same wiring, and
+        submodules that are equal in turn."""
+        first: dict[tuple, str] = {}
+        same: dict[str, str] = {}
+        for name in self.order:
+            if name == "main":
+                continue
+            sig = tuple(
+                (_record_key(w), i, tuple(same.get(x, x) for x in mods)) for w, i, mods in self.modules[name]
+            )
+            if None in (k for k, _, _ in sig):
+                continue  # a record without an exact key: this body is built for itself
+            same_as = first.setdefault(sig, name)
+            if same_as != name:
+                same[name] = same_as
+        return same
 
     def _intern(self, name: str, tree: Any) -> tuple[str, Any, int]:
         key = (name, repr(tree))
@@ -188,12 +215,14 @@ class Template:
     def instantiate(self, dims: Dims) -> Program:
         """The program for ``dims`` (which ``covers``); NotInstantiable where a fit does not reach."""
         prog = Program()
-        prog.modules = modules = {name: Module(name) for name in self.modules}
+        prog.modules = modules = {name: Module(name) for name in self._plan}
         made: list[Op | None] = [None] * len(self.varying)
         # Repeated layers compute the same shapes (BERT-base: ~270 distinct of ~1,700): each (shape
         # key, input shapes) once per program. Per program, as fitted ops are made per program.
         known: dict[tuple, Shape] = {}
         for name in self.order:
+            if name in self.same:
+                continue
             m = modules[name]
             built: list[Instruction] = []
             for kind, what, inputs, mods, key in self._plan[name]:
@@ -245,6 +274,18 @@ class Template:
                 elif _encode_value(_op_attributes(what), True) != r.attrs:
                     return f"{what.name}'s attributes differ in module {name}"
         return None
+
+
+def _record_key(what: Any) -> Hashable | None:
+    """What makes a template record equal to another at every dims (None: no exact key)."""
+    if isinstance(what, tuple):
+        return ("fitted", what[2])  # one slot per distinct (op name, fit)
+    if isinstance(what, Literal):
+        return ("literal", what.digest())
+    if isinstance(what, Generated | Band):
+        return None
+    k = op_key(what)
+    return None if k is None else ("op", k)
 
 
 def _name(what: Any) -> str:

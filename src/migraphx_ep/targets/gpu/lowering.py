@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 
 import numpy as np
 
@@ -69,6 +69,7 @@ class Lowering:
         self.weights: list[Storage] = []
         self.inputs: dict[str, Buf] = {}
         self.kernels = KernelMemo()  # repeated layers: one generated source, renamed
+        self._body_keys: dict[int, Hashable | None] = {}  # by body (the module outlives the lowering)
         self._n = 0
 
     def _conv_on_dnn(self, op: Op, out: Shape) -> bool:
@@ -252,7 +253,10 @@ class Lowering:
         args = [self._read(a) for a in ins.inputs]
         out = self._new(ins.shape.as_standard(), "attention")
         shapes, body = [a.shape for a in args], ins.module_args[0]
-        op, bk = ins.op, body_key(body)
+        op = ins.op
+        bk = self._body_keys.get(id(body))  # a body shared by every layer (ep/shape_template.py): once
+        if id(body) not in self._body_keys:
+            bk = self._body_keys[id(body)] = body_key(body)
         ok = op_key(op)
         key = None if ok is None or bk is None else ("attention", ok, bk, tuple(shapes), out.shape)
         make = lambda n: attention_kernel(n, op, shapes, out.shape, body)  # noqa: E731
