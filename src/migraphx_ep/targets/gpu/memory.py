@@ -36,20 +36,23 @@ class Storage:
 
 def plan(storages: list[Storage]) -> int:
     """Assign ``offset`` to every arena storage; returns the arena size in bytes."""
-    placed: list[Storage] = []
+    # Runs for every never-seen shape (BERT-base: ~110 storages, ~6,000 pairs): the placed ones as plain
+    # tuples, their overlap tested inline.
+    placed: list[tuple[int, int, int, int]] = []  # (first, last, offset, end) of each placed storage
+    top = 0
     for s in sorted(storages, key=lambda s: (-s.nbytes, s.first)):
         size = align(max(s.nbytes, 1))
-        conflicts = sorted(
-            ((p.offset, p.offset + align(max(p.nbytes, 1))) for p in placed if p.live_with(s)),
-        )
+        first, last = s.first, s.last
+        conflicts = sorted((lo, hi) for f, la, lo, hi in placed if not (la < first or last < f))
         offset = 0
         for lo, hi in conflicts:
             if offset + size <= lo:
                 break
             offset = max(offset, hi)
         s.offset = offset
-        placed.append(s)
-    return max((p.offset + align(max(p.nbytes, 1)) for p in placed), default=0)
+        placed.append((first, last, offset, offset + size))
+        top = max(top, offset + size)
+    return top
 
 
 def check_plan(storages: list[Storage]) -> None:
