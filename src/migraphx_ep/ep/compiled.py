@@ -184,7 +184,9 @@ class CompiledSubgraph(BackgroundCompiles, TemplateCompiles):
                     self._learn(dims, prog)
         prog.quick_picks = quick  # type: ignore[attr-defined]
         self.compiles += 1
-        log.info("%s: %s for %s, inputs %s, in %s", EP_NAME, how, prog.target_name, inputs, times.summary())
+        if log.isEnabledFor(logging.INFO):  # the summary is built only for a log that shows it
+            summary = times.summary()
+            log.info("%s: %s for %s, inputs %s, in %s", EP_NAME, how, prog.target_name, inputs, summary)
         if pkey is not None and not quick:
             self.store.store(pkey, prog, self.name)  # type: ignore[union-attr]
         return prog

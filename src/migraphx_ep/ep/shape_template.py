@@ -35,7 +35,7 @@ from typing import Any
 
 from ..ir.instruction import Instruction
 from ..ir.module import Module
-from ..ir.operation import OPS, Literal, ModuleOp, Op, make_op, op_key, op_shape_memo
+from ..ir.operation import Literal, ModuleOp, Op, make_op, op_key, op_shape_memo
 from ..ir.program import Program
 from ..ir.shape import Shape
 from ..mxr.codec import _decode_value, _encode_value, _module_order, _op_attributes
@@ -192,17 +192,14 @@ class Template:
 
     def _step(self, what: Any, inputs: tuple[int, ...], mods: tuple[str, ...]) -> tuple:
         """How ``instantiate`` makes one instruction: (kind, what, inputs, mods, shape key). The shape
-        key names the op up to equality of its attributes' exact reprs (``op_key``): equal keys and
-        equal input shapes give equal shapes. None where the shape is computed every time: ops that
-        own submodules (their shape reads them), literals (their shape is their own) and ops whose
-        attributes have no exact repr."""
+        key names the op up to equality of its attributes' exact reprs (``op_key``): equal keys, equal
+        input shapes and the same submodules give equal shapes. None where the shape is computed every
+        time: literals (their shape is their own) and ops whose attributes have no exact repr."""
         if isinstance(what, Generated | Band):
             return (_REBUILT, what, inputs, mods, None)
         if isinstance(what, tuple):
-            cls = OPS.get(what[0])
-            module_op = cls is None or issubclass(cls, ModuleOp)
-            return (_FITTED, what, inputs, mods, None if module_op else self._shape_key(("fitted", what[2])))
-        k = None if isinstance(what, ModuleOp | Literal) else op_key(what)
+            return (_FITTED, what, inputs, mods, self._shape_key(("fitted", what[2])))
+        k = None if isinstance(what, Literal) else op_key(what)
         return (_AS_IS, what, inputs, mods, None if k is None else self._shape_key(k))
 
     def _shape_key(self, key: Any) -> int:
@@ -239,14 +236,12 @@ class Template:
                 shapes = [a.shape for a in args]
                 try:
                     if key is None:
-                        if isinstance(op, ModuleOp):
-                            shape = op.compute_shape_with_modules(shapes, list(subs))
-                        else:
-                            shape = op_shape_memo(op, shapes)
-                    else:
-                        shape = known.get(k := (key, *shapes))  # type: ignore[assignment]
+                        shape = _shape(op, shapes, subs)
+                    else:  # an op owning bodies: by its bodies too (equal layers share them)
+                        k = (key, *map(id, subs), *shapes) if subs else (key, *shapes)
+                        shape = known.get(k)  # type: ignore[assignment]
                         if shape is None:
-                            shape = known[k] = op_shape_memo(op, shapes)
+                            shape = known[k] = _shape(op, shapes, subs)
                 except Exception as e:  # noqa: BLE001 - any op's refusal: this shape compiles instead
                     raise NotInstantiable(f"{op.name} at {dims}: {e}") from e
                 built.append(m.append_computed(op, args, shape, subs))
@@ -274,6 +269,12 @@ class Template:
                 elif _encode_value(_op_attributes(what), True) != r.attrs:
                     return f"{what.name}'s attributes differ in module {name}"
         return None
+
+
+def _shape(op: Op, shapes: list[Shape], subs: Sequence[Module]) -> Shape:
+    if isinstance(op, ModuleOp):
+        return op.compute_shape_with_modules(shapes, list(subs))
+    return op_shape_memo(op, shapes)
 
 
 def _record_key(what: Any) -> Hashable | None:
