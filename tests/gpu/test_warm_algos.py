@@ -64,6 +64,40 @@ def test_a_family_is_checked_a_bounded_number_of_times():
     assert len(checked) == warm_algos.MAX_CHECKS
 
 
+@pytest.mark.usefixtures("fresh")
+def test_the_same_layer_at_another_m_is_found_without_candidates():
+    f = ("half", "rm")
+    warm_algos.note_run(FakePlan(1, f, 64), b"A")
+    warm_algos.note_run(FakePlan(1, f, 4096), b"B")
+    warm_algos.note_run(FakePlan(1, f, 2000, n=3072), b"C")  # another layer, nearer in size
+    warm_algos.note_run(FakePlan(1, ("float", "rm"), 2000), b"D")  # another family
+    checked: list[bytes] = []
+    assert warm_algos.same_layer(FakePlan(1, f, 3000), lambda raw: checked.append(raw) or True) == b"B"
+    assert warm_algos.same_layer(FakePlan(1, f, 100), lambda raw: True) == b"A"  # the nearest M
+    assert warm_algos.same_layer(FakePlan(1, f, 3000), lambda raw: raw != b"B") == b"A"  # AlgoCheck said no
+    assert warm_algos.same_layer(FakePlan(1, f, 3000), lambda raw: False) is None
+    assert warm_algos.same_layer(FakePlan(1, f, 3000, k=512), lambda raw: True) is None  # no such layer
+    assert warm_algos.same_layer(FakePlan(2, f, 3000), lambda raw: True) is None  # another device
+    assert checked == [b"B"]
+
+
+@gpu
+@needs_cublaslt
+@pytest.mark.usefixtures("fresh")
+def test_a_quick_pick_for_a_known_layer_asks_no_heuristic(cuda, monkeypatch):
+    from migraphx_ep.targets.gpu import blas
+
+    kinds = ("rm", "rm", "rm")
+    run_gemm(cuda, F16, (1, 37, 256, 64), kinds, bias=True)
+    asked: list[int] = []
+    heuristics = blas.GemmPlan.heuristics
+    monkeypatch.setattr(blas.GemmPlan, "heuristics", lambda p, *a: asked.append(p.m) or heuristics(p, *a))
+    for m in (301, 2501):  # the same layer (N, K) at new M: numbers checked in run_gemm
+        run_gemm(cuda, F16, (1, m, 256, 64), kinds, bias=True)
+    run_gemm(cuda, F16, (1, 301, 128, 64), kinds, bias=True)  # another layer: cuBLASLt is asked
+    assert asked == [301]  # not for the first two (run_gemm's numpy reference asks nothing)
+
+
 @gpu
 @needs_cublaslt
 @pytest.mark.usefixtures("fresh")

@@ -1,6 +1,7 @@
 """Planning a cuBLASLt GEMM: cuBLASLt's candidates for a problem, and which one a program keeps -- a
 stored pick, the fastest when timed (``migraphx_exhaustive_tune``, the background's timed compiles), else a
-quick pick that prefers an algorithm this process has already run (``warm_algos.py``). ``blas.py`` holds
+quick pick that prefers an algorithm this process has already run (``warm_algos.py``): the same layer's
+at another M without a heuristic query, else the best warm one of cuBLASLt's candidates. ``blas.py`` holds
 the plan itself (descriptors, layouts, the call); ``conv_search.py`` is cuDNN's counterpart of this file.
 """
 
@@ -73,6 +74,9 @@ def plan_gemm(
         return plan
     if restore_pick(plan, "gemm", workspace_limit, tune):
         return plan  # the same GEMM was planned before (another layer, another program)
+    if not tune and warm_algos.same_layer(plan, lambda raw: plan.take(raw, workspace_limit)) is not None:
+        keep_pick(plan, "gemm", workspace_limit, tune)  # the same layer at another M: no heuristic query
+        return plan
     found = plan.heuristics(workspace_limit)
     if not found:
         raise Unsupported(f"cuBLASLt has no algorithm for {plan.describe()}")
