@@ -270,3 +270,30 @@ def test_a_shape_met_once_captures_no_graph(monkeypatch):
     progs = {k: p for c in compiled for k, p in c.programs.items()}
     captured = {k[0]: p._exe.contexts[0].captured for k, p in progs.items()}
     assert captured == {(1, 5): False, (2, 9): True}
+
+
+def test_python_runs_borrow_one_pinned_buffer_per_thread(monkeypatch):
+    # A never-seen shape's first Runs go through Python, their outputs staged in pinned memory: one
+    # buffer per thread (and device), which every program borrows and which doubles as outputs grow.
+    from migraphx_ep.targets.gpu import executable
+
+    monkeypatch.setenv("MIGRAPHX_EP_NATIVE_RUN", "0")  # every Run through Python
+    monkeypatch.setattr(executable, "_STAGING", threading.local())
+    blob, model = _bert()
+    sess = _session(blob)
+    bufs = []
+    for batch, seq in ((1, 4), (2, 9), (1, 5), (3, 31), (2, 9)):
+        f = feeds_for(model, batch=batch, seq=seq, seed=batch + seq)
+        _close(sess.run(None, f), _cpu(blob, f))
+        (buf,) = executable._STAGING.pools.values()
+        bufs.append(buf)
+    assert bufs[0] is not bufs[1]  # grown for the larger outputs
+    assert bufs[1] is bufs[2] and bufs[3] is bufs[4]  # shared by programs that fit (and kept)
+
+    def run(batch: int, seq: int) -> None:  # other threads: buffers of their own, right answers
+        for s in range(3):
+            f = feeds_for(model, batch=batch, seq=seq, seed=s)
+            _close(sess.run(None, f), _cpu(blob, f))
+
+    with ThreadPoolExecutor(3) as ex:
+        list(ex.map(run, (1, 2, 3), (7, 11, 13)))

@@ -95,8 +95,8 @@ class Program:
         self.target_name = t.name
 
     def run_numpy(self, params: Mapping[str, Any], borrow_outputs: bool = False) -> list[np.ndarray]:
-        """``borrow_outputs``: the caller copies the results before its thread runs this program again,
-        so an executable may return views of its own staging memory (the gpu target's pinned buffers)."""
+        """``borrow_outputs``: the caller copies the results before its thread runs a program again, so
+        an executable may return views of staging memory (the gpu target's per-thread pinned buffer)."""
         arrays = {k: np.asarray(v) for k, v in params.items()}
         main = self.get_main_module()
         prepare = getattr(self._exe, "prepare", None)

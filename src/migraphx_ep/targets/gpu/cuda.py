@@ -203,9 +203,9 @@ class PinnedBuffer:
         self.ptr = int(check(cu.cuMemHostAlloc(self.nbytes, 0), "cuMemHostAlloc"))
         self.array = np.ctypeslib.as_array((ctypes.c_uint8 * self.nbytes).from_address(self.ptr))
 
-    def view(self, dtype: np.dtype, shape: tuple[int, ...]) -> np.ndarray:
+    def view(self, dtype: np.dtype, shape: tuple[int, ...], offset: int = 0) -> np.ndarray:
         n = int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize
-        return self.array[:n].view(dtype).reshape(shape)
+        return self.array[offset : offset + n].view(dtype).reshape(shape)
 
     def __del__(self) -> None:
         try:

@@ -56,6 +56,23 @@ _LOADED: weakref.WeakValueDictionary[tuple[int, str], cuda.Module] = weakref.Wea
 _LOADED_LOCK = threading.Lock()
 
 
+# Each thread's pinned staging buffer per device, which every program's Python Runs on it borrow for
+# their outputs (grown as needed). Pinning host memory costs about a millisecond per call, and a
+# never-seen shape's program makes only its first two Runs through Python (the shell runs the rest).
+_STAGING = threading.local()
+
+
+def pinned_staging(device_id: int, nbytes: int) -> cuda.PinnedBuffer:
+    """This thread's staging buffer on ``device_id``, at least ``nbytes`` long (doubling as it grows)."""
+    pools: dict[int, cuda.PinnedBuffer] | None = getattr(_STAGING, "pools", None)
+    if pools is None:
+        pools = _STAGING.pools = {}
+    buf = pools.get(device_id)
+    if buf is None or buf.nbytes < nbytes:
+        buf = pools[device_id] = cuda.PinnedBuffer(max(nbytes, 2 * buf.nbytes if buf is not None else 0))
+    return buf
+
+
 class GpuExecutable(LibrarySteps):
     def __init__(
         self,
@@ -75,7 +92,6 @@ class GpuExecutable(LibrarySteps):
         self.param_shapes = param_shapes
         # Inputs with run-time axes, compiled at a capacity (runtime_dims.py): padded before each run.
         self.padded = dict(padded or {})
-        self._local = threading.local()
         artifacts = artifacts or {}
         self._images: dict[str, bytes] = dict(artifacts.get("kernels", {}))
         self._loaded_images = bool(self._images)
@@ -216,23 +232,20 @@ class GpuExecutable(LibrarySteps):
         self.contexts[0].issue(stream)
 
     # The EP copies outputs into ORT's tensors right after Run returns, so it may borrow them: they
-    # are views of this thread's pinned staging buffers, valid until the thread's next Run here.
+    # are views of this thread's pinned staging buffer, valid until the thread's next Run of a program.
     borrows_outputs = True
 
-    def _staging(self) -> list[np.ndarray]:
-        views = getattr(self._local, "views", None)
-        if views is None:
-            bufs, views = [], []
-            for o in self.outputs:
-                if isinstance(o, np.ndarray):
-                    views.append(None)
-                    continue
-                _, shape = o
-                buf = cuda.PinnedBuffer(shape.bytes())
-                bufs.append(buf)
-                views.append(buf.view(to_numpy(shape.type), shape.lens))
-            self._local.bufs, self._local.views = bufs, views
-        return views
+    def _staging(self) -> list[np.ndarray | None]:
+        offsets: list[int | None] = []
+        total = 0
+        for o in self.outputs:
+            offsets.append(None if isinstance(o, np.ndarray) else total)
+            total += 0 if isinstance(o, np.ndarray) else align(max(o[1].bytes(), 1))
+        buf = pinned_staging(self.device.id, total)
+        return [
+            None if at is None else buf.view(to_numpy(o[1].type), o[1].lens, at)  # type: ignore[index]
+            for o, at in zip(self.outputs, offsets, strict=True)
+        ]
 
     def prepare(self, params: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         """``params`` as the program's parameters take them (Program.run_numpy calls this first)."""
