@@ -274,7 +274,7 @@ def test_a_shape_met_once_captures_no_graph(monkeypatch):
 
 def test_python_runs_borrow_one_pinned_buffer_per_thread(monkeypatch):
     # A never-seen shape's first Runs go through Python, their outputs staged in pinned memory: one
-    # buffer per thread (and device), which every program borrows and which doubles as outputs grow.
+    # buffer per thread (and device), which every program borrows and which grows with the outputs.
     from migraphx_ep.targets.gpu import executable
 
     monkeypatch.setenv("MIGRAPHX_EP_NATIVE_RUN", "0")  # every Run through Python

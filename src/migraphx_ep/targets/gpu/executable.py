@@ -63,13 +63,17 @@ _STAGING = threading.local()
 
 
 def pinned_staging(device_id: int, nbytes: int) -> cuda.PinnedBuffer:
-    """This thread's staging buffer on ``device_id``, at least ``nbytes`` long (doubling as it grows)."""
+    """This thread's staging buffer on ``device_id``, at least ``nbytes`` long. It grows to a quarter
+    more than asked (a few regrowths as shapes grow, and at most 25% over the largest outputs: an
+    LLM's logits may be a gigabyte), and the old buffer is freed."""
     pools: dict[int, cuda.PinnedBuffer] | None = getattr(_STAGING, "pools", None)
     if pools is None:
         pools = _STAGING.pools = {}
     buf = pools.get(device_id)
     if buf is None or buf.nbytes < nbytes:
-        buf = pools[device_id] = cuda.PinnedBuffer(max(nbytes, 2 * buf.nbytes if buf is not None else 0))
+        pools.pop(device_id, None)
+        del buf  # freed before the larger one is pinned
+        buf = pools[device_id] = cuda.PinnedBuffer(nbytes + nbytes // 4)
     return buf
 
 
