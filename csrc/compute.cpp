@@ -9,6 +9,7 @@
 #include "device_memory.h"
 #include "graph_marshal.h"
 #include "native_run.h"
+#include "run_trace.h"
 
 namespace py = pybind11;
 
@@ -174,16 +175,22 @@ OrtStatus* ORT_API_CALL ComputeInfo::CreateStateImpl(OrtNodeComputeInfo* self, O
 
 OrtStatus* ORT_API_CALL ComputeInfo::ComputeImpl(OrtNodeComputeInfo* self, void*, OrtKernelContext* ctx) noexcept {
   auto* ci = static_cast<ComputeInfo*>(self);
+  trace_mark(TraceMark::kComputeBegin);
   DimsKey key;
   bool keyed = false;
   if (ci->native) {
     try {
-      if (try_native(*ci, ctx, key, keyed)) return nullptr;
+      if (try_native(*ci, ctx, key, keyed)) {
+        trace_mark(TraceMark::kComputeEnd, 1);
+        return nullptr;
+      }
     } catch (...) {
       return status_from_exception("Compute");  // OrtError / C++ only: nothing here raises Python errors
     }
   }
-  return guarded("Compute", [&] { compute(*ci, ctx, keyed ? &key : nullptr); });
+  OrtStatus* status = guarded("Compute", [&] { compute(*ci, ctx, keyed ? &key : nullptr); });
+  trace_mark(TraceMark::kComputeEnd, 0);
+  return status;
 }
 
 void ORT_API_CALL ComputeInfo::ReleaseStateImpl(OrtNodeComputeInfo*, void*) noexcept {

@@ -5,6 +5,8 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "run_trace.h"
+
 namespace mgx {
 namespace {
 
@@ -270,11 +272,24 @@ CuHandle copy_one(const OrtValue* src, OrtValue* dst) {
   return stream;
 }
 
+// The trace's direction of a CopyTensors call (its first tensor's) and how many tensors it copies.
+uint32_t trace_direction(const OrtValue** src, OrtValue** dst, size_t n) noexcept {
+  if (n == 0) return 0;
+  const OrtEpApi& ep = *api().ep;
+  const bool from = is_our_gpu(ep.Value_GetMemoryDevice(src[0])), to = is_our_gpu(ep.Value_GetMemoryDevice(dst[0]));
+  const uint32_t dir = from && to ? kD2D : from ? kD2H : kH2D;
+  return dir | static_cast<uint32_t>(n) << 4;
+}
+
 // ORT hands a Run's feeds (and its fetches) over in one call: one sync per device for all of them, not
 // one per tensor. On an error the copies already issued are waited for too, so no DMA still writes into
 // a buffer ORT frees on the way out.
 OrtStatus* ORT_API_CALL copy_tensors(OrtDataTransferImpl*, const OrtValue** src, OrtValue** dst, OrtSyncStream**,
                                      size_t n) noexcept {
+  if (trace_enabled()) trace_mark(TraceMark::kCopyBegin, trace_direction(src, dst, n));
+  struct End {
+    ~End() { trace_mark(TraceMark::kCopyEnd); }
+  } end;
   std::vector<CuHandle> streams;
   const auto wait_all = [&streams](bool checked) {
     const CudaDriver& cuda = GpuDevices::get().cuda();

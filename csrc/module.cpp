@@ -8,6 +8,7 @@
 #include "factory.h"
 #include "native_run.h"
 #include "python_host.h"
+#include "run_trace.h"
 
 #ifndef MIGRAPHX_EP_ORT_INCLUDE_DIR  // set by CMake: the ORT headers this library was built against
 #define MIGRAPHX_EP_ORT_INCLUDE_DIR ""
@@ -109,4 +110,5 @@ PYBIND11_MODULE(_C, m) {
         "True when the library started Python itself (loaded by a C/C++ host that had none)");
   m.def("build_info", &build_info, "ORT headers and Python the library was built against");
   mgx::register_native(m);
+  mgx::register_trace(m);
 }

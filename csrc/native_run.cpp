@@ -6,8 +6,11 @@
 #include <cstdlib>
 #include <cstring>
 #include <iterator>
+#include <optional>
 
 #include "device_memory.h"
+#include "io_graph.h"
+#include "run_trace.h"
 
 namespace py = pybind11;
 
@@ -205,7 +208,7 @@ void NativePlans::abandon() noexcept {
     p.grow.release();
     for (auto& c : p.contexts) {
       c->lock.reset();
-      c->io.release();  // the driver may be shutting down too: never call it from here
+      for (auto& g : c->io) g.release();  // the driver may be shutting down too: never call it from here
     }
   };
   for (auto& kv : plans_) forget(*kv.second);
@@ -290,6 +293,21 @@ void check_copy(const CudaDriver& cuda, CuResult r, const char* call, const Plac
   cuda.check(r, call);
 }
 
+// What an IO graph copies from and to (io_graph.h), or nothing when host memory is on either side.
+std::optional<IoAddresses> io_addresses(const NativePlan& plan, const std::vector<Place>& src,
+                                        const std::vector<Place>& dst) {
+  IoAddresses a;
+  for (const Place& p : src) {
+    if (p.ptr != nullptr && !p.device) return std::nullopt;
+    a.src.push_back(reinterpret_cast<CuDevicePtr>(p.ptr));
+  }
+  for (size_t i = 0; i < dst.size(); ++i) {
+    const bool copied = dst[i].ptr != nullptr && !plan.outputs[i].is_constant;
+    if (copied && !dst[i].device) return std::nullopt;
+    a.dst.push_back(copied ? reinterpret_cast<CuDevicePtr>(dst[i].ptr) : 0);
+  }
+  return a;
+}
 
 }  // namespace
 
@@ -337,115 +355,6 @@ std::shared_ptr<NativeContext> acquire_context(const NativePlan& plan) {
 
 }  // namespace
 
-IoGraph::~IoGraph() {
-  const CudaDriver* cuda = cuda_driver();
-  if (cuda == nullptr || !cuda->can_build_graphs()) return;
-  if (exec != nullptr) cuda->graph_exec_destroy(exec);
-  if (graph != nullptr) cuda->graph_destroy(graph);
-}
-
-namespace {
-
-CuMemcpy3D device_copy(CuDevicePtr dst, CuDevicePtr src, size_t n) {
-  CuMemcpy3D p{};
-  p.srcMemoryType = p.dstMemoryType = 2;  // CU_MEMORYTYPE_DEVICE
-  p.srcDevice = src;
-  p.dstDevice = dst;
-  p.srcPitch = p.dstPitch = p.WidthInBytes = n;
-  p.srcHeight = p.dstHeight = p.Height = p.Depth = 1;
-  return p;
-}
-
-std::atomic<uint64_t> io_graph_launches{0};  // tests read it: proof that the one-launch path ran
-
-bool io_graphs_enabled() noexcept {
-  const char* v = std::getenv("MIGRAPHX_EP_IO_GRAPH");
-  return v == nullptr || (std::strcmp(v, "0") != 0 && std::strcmp(v, "") != 0);
-}
-
-// The IO graph of `c` for these addresses: built at the first call, its copy nodes re-pointed where an
-// address changed. False when there is none to launch (the caller then issues the copies one by one):
-// host memory on either side, no captured graph, a driver without graph building, or a build/update the
-// driver refused (then never tried again on this context: the fallback is always right).
-bool launch_io_graph(const CudaDriver& cuda, const NativePlan& plan, const NativeContext& c,
-                     const std::vector<Place>& src, const std::vector<Place>& dst) {
-  if (c.io_off || c.graph == nullptr || c.graph_template == nullptr || !cuda.can_build_graphs()) return false;
-  for (const Place& p : src) {
-    if (p.ptr != nullptr && !p.device) return false;
-  }
-  for (size_t i = 0; i < dst.size(); ++i) {
-    if (dst[i].ptr != nullptr && !plan.outputs[i].is_constant && !dst[i].device) return false;
-  }
-  auto addr = [](const Place& p) { return reinterpret_cast<CuDevicePtr>(p.ptr); };
-  // A graph node would copy from an address it does not validate the way a memcpy call does: an address
-  // that is new to the graph must be device memory (else the one-by-one copies report it, by name).
-  auto known = [&](const std::vector<CuDevicePtr>* was, size_t i, const Place& p) {
-    return (was != nullptr && (*was)[i] == addr(p)) || cuda.memory_type(addr(p)) == 2;
-  };
-  for (size_t i = 0; i < src.size(); ++i) {
-    if (src[i].ptr != nullptr && !known(c.io ? &c.io->in_src : nullptr, i, src[i])) return false;
-  }
-  for (size_t i = 0; i < dst.size(); ++i) {
-    if (dst[i].ptr != nullptr && !plan.outputs[i].is_constant && !known(c.io ? &c.io->out_dst : nullptr, i, dst[i])) {
-      return false;
-    }
-  }
-  if (c.io == nullptr) {
-    auto io = std::make_unique<IoGraph>();
-    bool ok = cuda.graph_create(&io->graph, 0) == 0;
-    io->in_nodes.assign(src.size(), nullptr);
-    io->in_src.assign(src.size(), 0);
-    std::vector<CuHandle> ins;
-    for (size_t i = 0; ok && i < src.size(); ++i) {
-      if (src[i].ptr == nullptr) continue;
-      const CuMemcpy3D p = device_copy(c.inputs[i], addr(src[i]), plan.input_bytes[i]);
-      ok = cuda.graph_add_memcpy_node(&io->in_nodes[i], io->graph, nullptr, 0, &p, plan.context) == 0;
-      io->in_src[i] = addr(src[i]);
-      ins.push_back(io->in_nodes[i]);
-    }
-    CuHandle body = nullptr;
-    ok = ok && cuda.graph_add_child_graph_node(&body, io->graph, ins.data(), ins.size(), c.graph_template) == 0;
-    io->out_nodes.assign(dst.size(), nullptr);
-    io->out_dst.assign(dst.size(), 0);
-    for (size_t i = 0; ok && i < dst.size(); ++i) {
-      if (dst[i].ptr == nullptr || plan.outputs[i].is_constant) continue;
-      const CuMemcpy3D p = device_copy(addr(dst[i]), c.outputs[i], plan.outputs[i].nbytes);
-      ok = cuda.graph_add_memcpy_node(&io->out_nodes[i], io->graph, &body, 1, &p, plan.context) == 0;
-      io->out_dst[i] = addr(dst[i]);
-    }
-    ok = ok && cuda.graph_instantiate(&io->exec, io->graph, 0) == 0;
-    if (!ok) {
-      c.io_off = true;  // ~IoGraph frees what was made
-      return false;
-    }
-    c.io = std::move(io);
-  } else {
-    IoGraph& io = *c.io;
-    bool ok = true;
-    for (size_t i = 0; ok && i < src.size(); ++i) {
-      if (io.in_nodes[i] == nullptr || addr(src[i]) == io.in_src[i]) continue;
-      const CuMemcpy3D p = device_copy(c.inputs[i], addr(src[i]), plan.input_bytes[i]);
-      ok = cuda.graph_exec_memcpy_node_set_params(io.exec, io.in_nodes[i], &p, plan.context) == 0;
-      io.in_src[i] = addr(src[i]);
-    }
-    for (size_t i = 0; ok && i < dst.size(); ++i) {
-      if (io.out_nodes[i] == nullptr || addr(dst[i]) == io.out_dst[i]) continue;
-      const CuMemcpy3D p = device_copy(addr(dst[i]), c.outputs[i], plan.outputs[i].nbytes);
-      ok = cuda.graph_exec_memcpy_node_set_params(io.exec, io.out_nodes[i], &p, plan.context) == 0;
-      io.out_dst[i] = addr(dst[i]);
-    }
-    if (!ok) {
-      c.io_off = true;
-      c.io.reset();
-      return false;
-    }
-  }
-  cuda.check(cuda.graph_launch(c.io->exec, c.stream), "cuGraphLaunch");
-  io_graph_launches.fetch_add(1, std::memory_order_relaxed);
-  return true;
-}
-
-}  // namespace
 
 namespace {
 
@@ -532,7 +441,9 @@ bool run_native(const CudaDriver& cuda, const NativePlan& plan, OrtKernelContext
   cuda.check(cuda.ctx_set_current(plan.context), "cuCtxSetCurrent");
   // Device memory on both sides: the copies and the program in one launch (the IO graph).
   // (Not with padded inputs: their copies change size with every Run.)
-  const bool one_launch = !plan.padded && io_graphs_enabled() && launch_io_graph(cuda, plan, c, src, dst);
+  const std::optional<IoAddresses> io =
+      plan.padded || !io_graphs_enabled() ? std::nullopt : io_addresses(plan, src, dst);
+  const bool one_launch = io.has_value() && launch_io_graph(cuda, plan, c, *io);
   for (size_t i = 0; i < src.size() && !one_launch; ++i) {
     const Place& p = src[i];
     if (plan.padded && plan.pads[i].capacity != 0 && plan.input_bytes[i] != 0) {
@@ -567,7 +478,10 @@ bool run_native(const CudaDriver& cuda, const NativePlan& plan, OrtKernelContext
     }
   }
   // Always: ORT treats a returned Compute as finished (we are not stream aware), and the slots are read next.
-  cuda.check(cuda.stream_synchronize(c.stream), "cuStreamSynchronize");
+  trace_mark(TraceMark::kSyncBegin);
+  const CuResult synced = cuda.stream_synchronize(c.stream);
+  trace_mark(TraceMark::kSyncEnd);
+  cuda.check(synced, "cuStreamSynchronize");
   bool failed = false;
   for (size_t i = 0; i < c.n_error_slots; ++i) failed = failed || c.error_slots[i] != 0;
   if (failed) {
@@ -599,8 +513,15 @@ void register_native(py::module_& m) {
       .def("revoke", [](PlanToken& t) { t.valid.store(false, std::memory_order_release); })
       .def_property_readonly("valid", [](const PlanToken& t) { return t.valid.load(std::memory_order_acquire); });
   m.def(
-      "io_graph_launches", [] { return io_graph_launches.load(); },
+      "io_graph_launches", [] { return io_graph_counts().launches; },
       "Native Runs whose copies and program went out as one graph launch (MIGRAPHX_EP_IO_GRAPH=0: none)");
+  m.def(
+      "io_graph_counts",
+      [] {
+        const IoGraphCounts n = io_graph_counts();
+        return py::make_tuple(n.builds, n.repoints);
+      },
+      "(IO graphs instantiated, copy nodes re-pointed) so far: a steady Run builds and re-points none");
   m.def(
       "cuda_driver_status",
       [] {

@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "cuda_driver.h"
+#include "io_graph.h"
 #include "ort_api.h"
 
 namespace mgx {
@@ -54,16 +55,6 @@ struct NativeOutput {
   std::vector<int64_t> dims;
 };
 
-// The copies in, the program's graph and the copies out as one graph (native_run.cpp): one launch per Run
-// where there were one call per input and output, and nodes re-pointed only when ORT hands a Run other
-// buffers than the last (IOBinding and ORT's caching allocator mostly hand the same ones).
-struct IoGraph {
-  CuHandle graph = nullptr;
-  CuHandle exec = nullptr;
-  std::vector<CuHandle> in_nodes, out_nodes;  // per input / output: its memcpy node (null: none)
-  std::vector<CuDevicePtr> in_src, out_dst;   // the ORT addresses the nodes copy from / to now
-  ~IoGraph();
-};
 
 // One execution context of the program (targets/gpu/context.py): its own arena addresses, stream, graph,
 // error slots and lock, so Runs on different contexts overlap on the device.
@@ -71,9 +62,10 @@ struct NativeContext {
   CuHandle stream = nullptr;
   CuHandle graph = nullptr;           // null: nothing to launch (every output is a constant)
   CuHandle graph_template = nullptr;  // the captured CUgraph the IO graph embeds (null: no IO graph)
-  // Built at the context's first Run whose inputs and outputs are all device memory; `io_off` once
-  // building or re-pointing failed (the copies then go one by one). Both guarded by `lock`.
-  mutable std::unique_ptr<IoGraph> io;
+  // Built at the context's first Runs whose inputs and outputs are all device memory, most recently
+  // launched first; `io_off` once building or re-pointing failed (the copies then go one by one). Both
+  // guarded by `lock`.
+  mutable std::vector<std::unique_ptr<IoGraph>> io;
   mutable bool io_off = false;
   std::vector<CuDevicePtr> inputs;   // per fused-node input: its arena address (0: the program ignores it)
   std::vector<CuDevicePtr> dims;     // per fused-node input: where its padded dims go (0: none)

@@ -6,6 +6,9 @@ on and off (``MIGRAPHX_EP_NATIVE_RUN``), measured in one process on the same inp
 
 ``--threads N`` measures one session's throughput from N threads against one thread instead (numpy I/O and
 IOBinding), next to the ceiling the GPU itself offers: the same graphs replayed on N streams at once.
+``--trace`` splits ``sess.run`` with numpy I/O and with IOBinding into ORT's own work before, between and
+after the shell's calls, the copies ORT asks of our data transfer, and our Compute (its stream
+synchronisation apart), from the shell's marks (``MIGRAPHX_EP_TRACE_RUN``, ``csrc/run_trace.h``).
 ``--iobinding`` measures one session with inputs and outputs bound in GPU memory, against its own graph
 replay, with the native path's IO graph on and off (``MIGRAPHX_EP_IO_GRAPH`` is read per Run), with the
 outputs bound once to preallocated buffers (ORT allocates nothing per Run), and the replay with the
@@ -166,6 +169,98 @@ def iobinding(name: str, fp16: bool, batch: int, seq: int, blocks: int = 20, per
     return row
 
 
+# csrc/run_trace.h's marks and copy directions
+_COPY_BEGIN, _COPY_END, _COMPUTE_BEGIN, _COMPUTE_END, _SYNC_BEGIN, _SYNC_END = range(6)
+_DIRECTIONS = {1: "h2d", 2: "d2h", 3: "d2d"}
+
+
+def _split_run(t0: int, t1: int, marks: list[tuple[int, int, int]]) -> dict[str, float]:
+    """One ``sess.run`` (``t0``..``t1``, ns) cut by the shell's marks into µs per part: ORT before,
+    between and after our calls, each copy direction, Compute without its synchronisation, the wait."""
+    part: dict[str, float] = {"calls_copy": 0.0}
+    last, open_at, direction = t0, 0, ""
+    for ns, mark, arg in marks:
+        if mark == _COPY_BEGIN:
+            part["ort"] = part.get("ort", 0.0) + (ns - last) / 1e3
+            open_at, direction = ns, _DIRECTIONS.get(arg & 15, "copy")
+            part["calls_copy"] += 1
+        elif mark == _COPY_END:
+            key = f"copy_{direction}"
+            part[key] = part.get(key, 0.0) + (ns - open_at) / 1e3
+            last = ns
+        elif mark == _COMPUTE_BEGIN:
+            part["ort"] = part.get("ort", 0.0) + (ns - last) / 1e3
+            open_at = ns
+        elif mark == _SYNC_BEGIN:
+            part["compute"] = part.get("compute", 0.0) + (ns - open_at) / 1e3
+            open_at = ns
+        elif mark == _SYNC_END:
+            part["sync_wait"] = part.get("sync_wait", 0.0) + (ns - open_at) / 1e3
+            open_at = ns
+        elif mark == _COMPUTE_END:
+            part["compute"] = part.get("compute", 0.0) + (ns - open_at) / 1e3
+            part["native"] = float(arg)
+            last = ns
+    part["ort"] = part.get("ort", 0.0) + (t1 - last) / 1e3
+    part["total"] = (t1 - t0) / 1e3
+    return part
+
+
+def trace(name: str, fp16: bool, batch: int, seq: int, runs: int) -> dict:
+    """Median µs of each part of a numpy-I/O and of an IOBinding ``sess.run`` (``_split_run``), with the
+    program's graph replay for comparison."""
+    from migraphx_ep import _C
+
+    model = _model(name)
+    feeds = _feeds(model, batch, seq)
+    options = {"migraphx_target": "gpu", "migraphx_fp16_enable": "1" if fp16 else "0"}
+    with capture_compiled() as compiled:
+        sess = ort.InferenceSession(
+            model.SerializeToString(), providers=[(EP, options), "CPUExecutionProvider"]
+        )
+    sess.run(None, feeds)
+    wait_for_compiles()
+    io = sess.io_binding()
+    for k, v in feeds.items():
+        io.bind_ortvalue_input(k, ort.OrtValue.ortvalue_from_numpy(v, "cuda", 0))
+    for o in sess.get_outputs():
+        io.bind_output(o.name, "cuda")
+    row: dict = {"model": os.path.basename(name), "fp16": fp16, "batch": batch}
+
+    calls = {
+        "numpy": lambda: sess.run(None, feeds),
+        "iobinding": lambda: sess.run_with_iobinding(io),
+    }
+    for kind, call in calls.items():
+        for _ in range(20):
+            call()
+        spans = []
+        _C.run_trace(True)
+        _C.set_run_trace(True)
+        for _ in range(runs):
+            t0 = time.perf_counter_ns()
+            call()
+            spans.append((t0, time.perf_counter_ns()))
+        _C.set_run_trace(False)
+        marks, dropped = _C.run_trace(True)
+        if dropped:
+            raise RuntimeError(f"the trace dropped {dropped} marks: fewer --runs")
+        parts = []
+        for t0, t1 in spans:
+            parts.append(_split_run(t0, t1, [m for m in marks if t0 <= m[0] <= t1]))
+        for key in sorted({k for p in parts for k in p}):
+            row[f"{kind}_{key}"] = float(np.median([p.get(key, 0.0) for p in parts]))
+    exe = next(p._exe for c in compiled for p in c.programs.values())
+    ctx = exe.contexts[0]
+
+    def replay() -> None:
+        ctx.graph.launch(ctx.stream.handle)
+        ctx.stream.sync()
+
+    row["graph_us"] = _median_ms(replay, runs) * 1e3
+    return row
+
+
 def _numpy_type(ort_type: str) -> type:
     """numpy's type for ORT's 'tensor(float16)'-style name."""
     name = ort_type[len("tensor(") : -1]
@@ -274,9 +369,12 @@ def main() -> None:
     ap.add_argument("--json", help="append one JSON row per model here")
     ap.add_argument("--threads", type=int, default=0, help="measure throughput from N threads instead")
     ap.add_argument("--iobinding", action="store_true", help="GPU-bound I/O, IO graph on/off, vs replay")
+    ap.add_argument("--trace", action="store_true", help="split sess.run into ORT, copies and Compute")
     a = ap.parse_args()
     for name in a.models:
-        if a.iobinding:
+        if a.trace:
+            row = trace(name, a.fp16, a.batch, a.seq, a.runs)
+        elif a.iobinding:
             row = iobinding(name, a.fp16, a.batch, a.seq)
         elif a.threads:
             row = threads(name, a.fp16, a.threads, 3.0, a.batch, a.seq)

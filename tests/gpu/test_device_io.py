@@ -166,3 +166,36 @@ def test_copies_and_program_in_one_launch(monkeypatch, io_graph):
         np.testing.assert_allclose(outs[o].numpy(), _want(blob, xs[i]), rtol=1e-5, atol=1e-5)
     launched = _C.io_graph_launches() - before
     assert launched == (6 if io_graph == "1" else 0)
+
+
+def test_recurring_buffers_keep_their_io_graphs():
+    # ORT's buffers for numpy feeds come back from the caching allocator in another order every other
+    # Run: each set of addresses keeps its own IO graph (up to four), so a recurring set launches with
+    # nothing built or re-pointed; a fifth set re-points the least recently launched graph.
+    blob = _mlp()
+    sess = _session(blob)
+    rng = np.random.default_rng(11)
+    xs = [rng.standard_normal((4, 64)).astype(np.float32) for _ in range(5)]
+    ins = [ort.OrtValue.ortvalue_from_numpy(x, "cuda", 0) for x in xs]
+    outs = [ort.OrtValue.ortvalue_from_shape_and_type((4, 32), np.float32, "cuda", 0) for _ in range(5)]
+    for _ in range(2):
+        sess.run(None, {"x": xs[0]})
+
+    def run(i: int) -> None:
+        io = sess.io_binding()
+        io.bind_ortvalue_input("x", ins[i])
+        io.bind_ortvalue_output("y", outs[i])
+        sess.run_with_iobinding(io)
+        np.testing.assert_allclose(outs[i].numpy(), _want(blob, xs[i]), rtol=1e-5, atol=1e-5)
+
+    builds0, repoints0 = _C.io_graph_counts()
+    for i in (0, 1, 0, 1, 0, 1):
+        run(i)
+    assert _C.io_graph_counts() == (builds0 + 2, repoints0)
+    for i in (2, 3, 0, 1, 2, 3):
+        run(i)
+    assert _C.io_graph_counts() == (builds0 + 4, repoints0)
+    run(4)  # a fifth set: the least recently launched graph (set 0's) is re-pointed, input and output
+    assert _C.io_graph_counts() == (builds0 + 4, repoints0 + 2)
+    run(3)
+    assert _C.io_graph_counts() == (builds0 + 4, repoints0 + 2)
