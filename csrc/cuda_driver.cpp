@@ -61,6 +61,15 @@ Loaded load() {
     d.graph_create = nullptr;
     d.graph_destroy = nullptr;
   }
+  std::string no_staging;
+  if (!(bind(lib, "cuMemHostAlloc", d.mem_host_alloc, no_staging) &&
+        bind(lib, "cuMemFreeHost", d.mem_free_host, no_staging) &&
+        bind(lib, "cuEventCreate", d.event_create, no_staging) &&
+        bind(lib, "cuEventRecord", d.event_record, no_staging) &&
+        bind(lib, "cuEventSynchronize", d.event_synchronize, no_staging))) {
+    d.mem_host_alloc = nullptr;
+    d.event_synchronize = nullptr;
+  }
   return l;
 }
 

@@ -65,6 +65,13 @@ struct CudaDriver {
   CuResult (*graph_exec_destroy)(CuHandle exec) = nullptr;
   CuResult (*graph_destroy)(CuHandle graph) = nullptr;
   bool can_build_graphs() const noexcept { return graph_create != nullptr && graph_destroy != nullptr; }
+  // Pinned staging for large pageable copies (host_staging.h); optional like graph building.
+  CuResult (*mem_host_alloc)(void** ptr, size_t bytes, unsigned flags) = nullptr;
+  CuResult (*mem_free_host)(void* ptr) = nullptr;
+  CuResult (*event_create)(CuHandle* event, unsigned flags) = nullptr;
+  CuResult (*event_record)(CuHandle event, CuHandle stream) = nullptr;
+  CuResult (*event_synchronize)(CuHandle event) = nullptr;
+  bool can_stage() const noexcept { return mem_host_alloc != nullptr && event_synchronize != nullptr; }
 
   // Throws OrtError naming `what` and the driver's message when `r` is an error.
   void check(CuResult r, const char* what) const;

@@ -5,6 +5,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "host_staging.h"
 #include "run_trace.h"
 
 namespace mgx {
@@ -265,8 +266,10 @@ CuHandle copy_one(const OrtValue* src, OrtValue* dst) {
   if (src_gpu && dst_gpu) {
     cuda.check(cuda.memcpy_dtod_async(dptr(out), dptr(in), bytes, stream), "cuMemcpyDtoDAsync");
   } else if (src_gpu) {
-    cuda.check(cuda.memcpy_dtoh_async(out, dptr(in), bytes, stream), "cuMemcpyDtoHAsync");
-  } else {
+    if (!staged_dtoh(cuda, src_ord, out, dptr(in), bytes, stream)) {
+      cuda.check(cuda.memcpy_dtoh_async(out, dptr(in), bytes, stream), "cuMemcpyDtoHAsync");
+    }
+  } else if (!staged_htod(cuda, dst_ord, dptr(out), in, bytes, stream)) {
     cuda.check(cuda.memcpy_htod_async(dptr(out), in, bytes, stream), "cuMemcpyHtoDAsync");
   }
   return stream;
@@ -337,12 +340,19 @@ void copy_device_to_host(const OrtValue* src, void* dst, size_t bytes) {
   const CudaDriver& cuda = GpuDevices::get().cuda();
   CuHandle stream = GpuDevices::get().transfer_stream(ordinal);
   const auto p = reinterpret_cast<CuDevicePtr>(tensor_data(src));
+  const auto not_device = [&] {
+    return OrtError(ORT_INVALID_ARGUMENT, "a tensor bound as GPU memory has an address that is not device memory "
+                                          "(a host buffer bound with device_type 'cuda'?)");
+  };
+  try {
+    if (staged_dtoh(cuda, ordinal, dst, p, bytes, stream)) return;
+  } catch (const OrtError&) {
+    if (cuda.memory_type(p) != 2) throw not_device();
+    throw;
+  }
   CuResult r = cuda.memcpy_dtoh_async(dst, p, bytes, stream);
   if (r == 0) r = cuda.stream_synchronize(stream);
-  if (r != 0 && cuda.memory_type(p) != 2) {
-    throw OrtError(ORT_INVALID_ARGUMENT, "a tensor bound as GPU memory has an address that is not device memory "
-                                         "(a host buffer bound with device_type 'cuda'?)");
-  }
+  if (r != 0 && cuda.memory_type(p) != 2) throw not_device();
   cuda.check(r, "cuMemcpyDtoHAsync");
 }
 
@@ -354,6 +364,8 @@ void copy_host_to_device(const void* src, OrtValue* dst, size_t bytes) {
   check(api().ort->GetTensorMutableData(dst, &out));
   const CudaDriver& cuda = GpuDevices::get().cuda();
   CuHandle stream = GpuDevices::get().transfer_stream(ordinal);  // and a sync: the DMA has landed (copy_one)
+  const auto to = reinterpret_cast<CuDevicePtr>(out);
+  if (staged_htod(cuda, ordinal, to, src, bytes, stream)) return;
   cuda.check(cuda.memcpy_htod_async(reinterpret_cast<CuDevicePtr>(out), src, bytes, stream), "cuMemcpyHtoDAsync");
   cuda.check(cuda.stream_synchronize(stream), "cuStreamSynchronize");
 }

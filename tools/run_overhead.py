@@ -207,8 +207,8 @@ def _split_run(t0: int, t1: int, marks: list[tuple[int, int, int]]) -> dict[str,
 
 
 def trace(name: str, fp16: bool, batch: int, seq: int, runs: int) -> dict:
-    """Median µs of each part of a numpy-I/O and of an IOBinding ``sess.run`` (``_split_run``), with the
-    program's graph replay for comparison."""
+    """Median µs of each part of a numpy-I/O ``sess.run`` (with large copies staged, and left to the
+    driver), and of an IOBinding one (``_split_run``), with the program's graph replay for comparison."""
     from migraphx_ep import _C
 
     model = _model(name)
@@ -227,8 +227,16 @@ def trace(name: str, fp16: bool, batch: int, seq: int, runs: int) -> dict:
         io.bind_output(o.name, "cuda")
     row: dict = {"model": os.path.basename(name), "fp16": fp16, "batch": batch}
 
+    def unstaged() -> None:  # the driver's own pageable copies (csrc/host_staging.h), for comparison
+        _C.configure_staging(False)
+        try:
+            sess.run(None, feeds)
+        finally:
+            _C.reset_staging()
+
     calls = {
         "numpy": lambda: sess.run(None, feeds),
+        "numpy_unstaged": unstaged,
         "iobinding": lambda: sess.run_with_iobinding(io),
     }
     for kind, call in calls.items():

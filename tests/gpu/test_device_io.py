@@ -199,3 +199,65 @@ def test_recurring_buffers_keep_their_io_graphs():
     assert _C.io_graph_counts() == (builds0 + 4, repoints0 + 2)
     run(3)
     assert _C.io_graph_counts() == (builds0 + 4, repoints0 + 2)
+
+
+def _add_one() -> bytes:
+    return make_model(
+        [oh.make_node("Add", ["x", "one"], ["y"])],
+        [tensor("x", TensorProto.FLOAT, ["n"])],
+        [tensor("y", TensorProto.FLOAT, ["n"])],
+        [oh.make_tensor("one", TensorProto.FLOAT, [], [1.0])],
+    )
+
+
+def test_large_numpy_copies_go_through_pinned_staging():
+    # Pageable copies of 8 MiB and more go through pinned buffers filled by several threads
+    # (csrc/host_staging.h): an odd size (a partial last chunk, pieces not a multiple of anything) comes
+    # back exact, staged or not, and smaller copies and pinned host memory are left to the driver.
+    assert _C.copy_threads() >= 2
+    sess = _session(_add_one())
+    x = np.random.default_rng(3).standard_normal(5_000_011).astype(np.float32)
+    for _ in range(3):  # the Python path's Runs, then the native path's
+        before = _C.staged_copy_count()
+        np.testing.assert_array_equal(sess.run(None, {"x": x})[0], x + np.float32(1))
+        assert _C.staged_copy_count() - before >= 2  # the feed in and the fetch out at least
+    _C.configure_staging(False)
+    try:
+        before = _C.staged_copy_count()
+        np.testing.assert_array_equal(sess.run(None, {"x": x})[0], x + np.float32(1))
+        assert _C.staged_copy_count() == before
+    finally:
+        _C.reset_staging()
+    small = x[: (2 << 20) - 1]  # just under 8 MiB
+    before = _C.staged_copy_count()
+    np.testing.assert_array_equal(sess.run(None, {"x": small})[0], small + np.float32(1))
+    assert _C.staged_copy_count() == before
+    from migraphx_ep.targets.gpu.cuda import PinnedBuffer
+
+    pinned = PinnedBuffer(x.nbytes)
+    view = pinned.view(np.float32, x.shape)
+    view[:] = x
+    before = _C.staged_copy_count()
+    dev = ort.OrtValue.ortvalue_from_numpy(view, "cuda", 0)  # host to device from pinned: the driver's DMA
+    assert _C.staged_copy_count() == before
+    np.testing.assert_array_equal(dev.numpy(), x)  # into a new (pageable) array: staged
+    assert _C.staged_copy_count() == before + 1
+
+
+def test_concurrent_large_copies_are_exact():
+    # Threads copying at once: one stages, the others go the driver's way beside it (never waiting on
+    # the staging buffers); every result is exact.
+    from concurrent.futures import ThreadPoolExecutor
+
+    sess = _session(_add_one())
+    rng = np.random.default_rng(5)
+    xs = [rng.standard_normal(2_300_003).astype(np.float32) for _ in range(6)]  # 9.2 MB each
+
+    def check(x: np.ndarray) -> bool:
+        for _ in range(4):
+            if not np.array_equal(sess.run(None, {"x": x})[0], x + np.float32(1)):
+                return False
+        return True
+
+    with ThreadPoolExecutor(6) as ex:
+        assert all(ex.map(check, xs))
