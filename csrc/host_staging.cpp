@@ -1,5 +1,7 @@
 #include "host_staging.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <atomic>
 #include <condition_variable>
@@ -68,8 +70,10 @@ class CopyPool {
   }
 
  private:
+  // A new worker waits for the job after the current one: it must never take up a job already handed out
+  // (only this thread writes generation_, so it reads it unlocked here).
   void grow(size_t workers) {
-    for (; workers_ < workers; ++workers_) std::thread([this] { work(); }).detach();
+    for (; workers_ < workers; ++workers_) std::thread([this, seen = generation_] { work(seen); }).detach();
   }
 
   struct Job {
@@ -87,8 +91,7 @@ class CopyPool {
     }
   }
 
-  void work() {
-    uint64_t seen = 0;
+  void work(uint64_t seen) {
     std::unique_lock<std::mutex> l(mutex_);
     for (;;) {
       wake_.wait(l, [&] { return generation_ != seen; });
@@ -152,7 +155,12 @@ Ring* ring(const CudaDriver& cuda, int ordinal) {
 
 size_t threads_now() { return settings.threads != 0 ? settings.threads : copy_threads(); }
 
+// The process the rings and the pool were made in: a forked child inherits them without the pool's
+// threads (a copy would wait for them forever) and without a usable CUDA context, so it never stages.
+const pid_t owner_pid = getpid();
+
 bool applies(const CudaDriver& cuda, const void* host, size_t n) {
+  if (getpid() != owner_pid) return false;
   {
     std::lock_guard<std::mutex> g(settings_mutex);
     if (!settings.on || n < settings.min_bytes || threads_now() < 2) return false;
