@@ -38,7 +38,7 @@ size_t read_threads() noexcept {
 // What a staged copy does (set_staging changes it for measurements; the defaults are the measured best).
 struct Settings {
   bool on = true;
-  size_t chunk = kSlotBytes;
+  size_t chunk = 0;    // 0: by the copy's size (auto_chunk)
   size_t threads = 0;  // 0: copy_threads()
   size_t min_bytes = kStagedMinBytes;
 };
@@ -168,10 +168,18 @@ bool applies(const CudaDriver& cuda, const void* host, size_t n) {
   return cuda.can_stage() && cuda.memory_type(reinterpret_cast<CuDevicePtr>(host)) == 0;  // 0: pageable
 }
 
+// Measured (tools/copy_bandwidth.py --sweep): up to 2 MiB one chunk (all threads on it, then one DMA)
+// beat smaller pipelined chunks, whose per-chunk wake-ups and waits cost more than the overlap gains;
+// up to 12 MiB 2 MiB chunks did best, above that 4 MiB (a whole pinned buffer).
+size_t auto_chunk(size_t n) {
+  if (n <= kSlotBytes / 2) return n;
+  return n <= 3 * kSlotBytes ? kSlotBytes / 2 : kSlotBytes;
+}
+
 // This copy's chunk size and threads (settings may change under a measurement while it runs).
-std::pair<size_t, size_t> snapshot() {
+std::pair<size_t, size_t> snapshot(size_t n) {
   std::lock_guard<std::mutex> g(settings_mutex);
-  return {settings.chunk, threads_now()};
+  return {settings.chunk != 0 ? settings.chunk : auto_chunk(n), threads_now()};
 }
 
 }  // namespace
@@ -202,7 +210,7 @@ bool staged_htod(const CudaDriver& cuda, int ordinal, CuDevicePtr dst, const voi
   std::unique_lock<std::mutex> l(staging_mutex, std::try_to_lock);
   Ring* r = l.owns_lock() ? ring(cuda, ordinal) : nullptr;
   if (r == nullptr) return false;
-  const auto [chunk, threads] = snapshot();
+  const auto [chunk, threads] = snapshot(n);
   const char* from = static_cast<const char*>(src);
   for (size_t off = 0, k = 0; off < n; off += chunk, ++k) {
     const size_t len = std::min(chunk, n - off), s = k % kSlots;
@@ -221,7 +229,7 @@ bool staged_dtoh(const CudaDriver& cuda, int ordinal, void* dst, CuDevicePtr src
   std::unique_lock<std::mutex> l(staging_mutex, std::try_to_lock);
   Ring* r = l.owns_lock() ? ring(cuda, ordinal) : nullptr;
   if (r == nullptr) return false;
-  const auto [chunk, threads] = snapshot();
+  const auto [chunk, threads] = snapshot(n);
   const size_t chunks = (n + chunk - 1) / chunk;
   const auto fetch = [&, chunk = chunk](size_t k) {  // chunk k's DMA into its buffer
     const size_t off = k * chunk, s = k % kSlots;

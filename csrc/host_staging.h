@@ -1,11 +1,13 @@
 // Large copies between pageable host memory (numpy arrays ORT hands over, the arrays it returns) and the
 // GPU, faster than the driver's own pageable path, which moves 6-14 GB/s host to device and, into freshly
 // allocated arrays, as little as 3 GB/s back (page faults on one thread). A pageable copy of at least
-// kStagedMinBytes goes in 4 MiB chunks through a ring of pinned buffers: threads fill chunk k while chunk
-// k-1's DMA runs (host to device), or empty chunk k while chunk k+1's DMA runs (device to host).
-// Measured on the H100 machine (16 cores; tools/copy_bandwidth.py --sweep, 2026-11-25), median ms, driver
-// against staged with 8 threads: 8 MiB 0.64 / 0.57 in, 0.78 / 0.42 out; 16 MiB 1.43 / 0.91 in,
-// 1.93 / 0.46 out; 64 MiB 9.4 / 2.9 in, 23.4 / 7.9 out. At 4 MiB and below staging gained nothing in.
+// kStagedMinBytes goes through a ring of pinned buffers in chunks of up to
+// 4 MiB: host threads fill chunk k while chunk k-1's DMA runs (host to device), or empty chunk k while
+// chunk k+1's DMA runs (device to host). Measured on the H100 machine (16 cores; tools/copy_bandwidth.py
+// --sweep, 2026-11-25), median ms, driver against staged with 8 threads: 2 MiB 0.174 / 0.148 in,
+// 0.203 / 0.144 out; 8 MiB 0.62 / 0.51 in, 0.64 / 0.35 out; 16 MiB 1.10 / 0.82 in, 1.14 / 0.42 out;
+// 64 MiB 9.4 / 2.9 in, 23.4 / 7.9 out. Below 2 MiB it gained nothing reliably (1.5 MiB out: 0.12 against
+// 0.19 in one run, 0.28 against 0.26 in the next).
 #pragma once
 
 #include <cstddef>
@@ -15,12 +17,14 @@
 
 namespace mgx {
 
-inline constexpr size_t kStagedMinBytes = size_t{8} << 20;
+// The smallest copy staged (below it the driver's copy was as fast, or the gain was noise).
+inline constexpr size_t kStagedMinBytes = size_t{2} << 20;
 
 // Each copies `n` bytes and returns true with them landed, or returns false having copied nothing when
-// staging does not apply: fewer than kStagedMinBytes, host memory the driver knows (pinned or registered:
-// its DMA is direct already), staging off (MIGRAPHX_EP_COPY_THREADS below 2), no pinned memory to be had,
-// or another thread staging right now (its copy then goes the driver's way beside it instead of waiting).
+// staging does not apply: fewer than kStagedMinBytes, host memory the driver
+// knows (pinned or registered: its DMA is direct already), staging off (MIGRAPHX_EP_COPY_THREADS below 2),
+// no pinned memory to be had, or another thread staging right now (its copy then goes the driver's way
+// beside it instead of waiting).
 // The caller has made `ordinal`'s primary context current; `stream` belongs to it.
 bool staged_htod(const CudaDriver& cuda, int ordinal, CuDevicePtr dst, const void* src, size_t n, CuHandle stream);
 bool staged_dtoh(const CudaDriver& cuda, int ordinal, void* dst, CuDevicePtr src, size_t n, CuHandle stream);
@@ -31,8 +35,8 @@ size_t copy_threads() noexcept;
 // Staged copies made so far (tests: proof the staged path ran).
 uint64_t staged_copy_count() noexcept;
 
-// Turns staging off and on and sets its chunk size (at most 4 MiB), threads and smallest copy, at run
-// time: measurements compare settings in one process. 0 keeps a value.
+// Turns staging off and on and sets its chunk size (at most 4 MiB), threads and smallest copy,
+// at run time: measurements compare settings in one process. 0 keeps a value.
 void set_staging(bool on, size_t chunk_bytes, size_t threads, size_t min_bytes) noexcept;
 void reset_staging() noexcept;  // back to the defaults
 

@@ -211,9 +211,10 @@ def _add_one() -> bytes:
 
 
 def test_large_numpy_copies_go_through_pinned_staging():
-    # Pageable copies of 8 MiB and more go through pinned buffers filled by several threads
-    # (csrc/host_staging.h): an odd size (a partial last chunk, pieces not a multiple of anything) comes
-    # back exact, staged or not, and smaller copies and pinned host memory are left to the driver.
+    # Large pageable copies (2 MiB and more, either way) go through pinned
+    # buffers filled by several threads (csrc/host_staging.h): an odd size (a partial last chunk, pieces
+    # not a multiple of anything) comes back exact, staged or not, and smaller copies and pinned host
+    # memory are left to the driver.
     assert _C.copy_threads() >= 2
     sess = _session(_add_one())
     x = np.random.default_rng(3).standard_normal(5_000_011).astype(np.float32)
@@ -228,10 +229,14 @@ def test_large_numpy_copies_go_through_pinned_staging():
         assert _C.staged_copy_count() == before
     finally:
         _C.reset_staging()
-    small = x[: (2 << 20) - 1]  # just under 8 MiB
+    small = x[: (1 << 19) - 1]  # just under 2 MiB: the driver's copies both ways
     before = _C.staged_copy_count()
     np.testing.assert_array_equal(sess.run(None, {"x": small})[0], small + np.float32(1))
     assert _C.staged_copy_count() == before
+    edge = x[: 1 << 19]  # exactly 2 MiB: staged both ways
+    dev = ort.OrtValue.ortvalue_from_numpy(edge, "cuda", 0)
+    np.testing.assert_array_equal(dev.numpy(), edge)
+    assert _C.staged_copy_count() == before + 2
     from migraphx_ep.targets.gpu.cuda import PinnedBuffer
 
     pinned = PinnedBuffer(x.nbytes)
