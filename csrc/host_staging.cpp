@@ -40,7 +40,7 @@ struct Settings {
   bool on = true;
   size_t chunk = 0;    // 0: by the copy's size (auto_chunk)
   size_t threads = 0;  // 0: copy_threads()
-  size_t min_bytes = kStagedMinBytes;
+  size_t min_to_device = kStagedMinToDevice, min_to_host = kStagedMinToHost;
 };
 Settings settings;  // under settings_mutex
 
@@ -159,11 +159,12 @@ size_t threads_now() { return settings.threads != 0 ? settings.threads : copy_th
 // threads (a copy would wait for them forever) and without a usable CUDA context, so it never stages.
 const pid_t owner_pid = getpid();
 
-bool applies(const CudaDriver& cuda, const void* host, size_t n) {
+bool applies(const CudaDriver& cuda, const void* host, size_t n, bool to_device) {
   if (getpid() != owner_pid) return false;
   {
     std::lock_guard<std::mutex> g(settings_mutex);
-    if (!settings.on || n < settings.min_bytes || threads_now() < 2) return false;
+    const size_t least = to_device ? settings.min_to_device : settings.min_to_host;
+    if (!settings.on || n < least || threads_now() < 2) return false;
   }
   return cuda.can_stage() && cuda.memory_type(reinterpret_cast<CuDevicePtr>(host)) == 0;  // 0: pageable
 }
@@ -201,12 +202,12 @@ void set_staging(bool on, size_t chunk_bytes, size_t threads, size_t min_bytes) 
   settings.on = on;
   if (chunk_bytes != 0) settings.chunk = std::min(std::max(chunk_bytes, kPiece), kSlotBytes);
   if (threads != 0) settings.threads = std::min(threads, kMaxThreads);
-  if (min_bytes != 0) settings.min_bytes = min_bytes;
+  if (min_bytes != 0) settings.min_to_device = settings.min_to_host = min_bytes;
 }
 
 bool staged_htod(const CudaDriver& cuda, int ordinal, CuDevicePtr dst, const void* src, size_t n,
                  CuHandle stream) {
-  if (!applies(cuda, src, n)) return false;
+  if (!applies(cuda, src, n, /*to_device=*/true)) return false;
   std::unique_lock<std::mutex> l(staging_mutex, std::try_to_lock);
   Ring* r = l.owns_lock() ? ring(cuda, ordinal) : nullptr;
   if (r == nullptr) return false;
@@ -225,7 +226,7 @@ bool staged_htod(const CudaDriver& cuda, int ordinal, CuDevicePtr dst, const voi
 }
 
 bool staged_dtoh(const CudaDriver& cuda, int ordinal, void* dst, CuDevicePtr src, size_t n, CuHandle stream) {
-  if (!applies(cuda, dst, n)) return false;
+  if (!applies(cuda, dst, n, /*to_device=*/false)) return false;
   std::unique_lock<std::mutex> l(staging_mutex, std::try_to_lock);
   Ring* r = l.owns_lock() ? ring(cuda, ordinal) : nullptr;
   if (r == nullptr) return false;
