@@ -15,23 +15,14 @@ from __future__ import annotations
 
 import argparse
 import json
-import time
 
 import numpy as np
 import onnxruntime as ort
+from run_overhead import _median_ms  # tools/ is the script's directory, on sys.path
 
 from migraphx_ep import _C  # registers the EP library with ORT: its data transfer does the copies
 
 MiB = 1 << 20
-
-
-def _median_ms(fn, runs: int) -> float:  # noqa: ANN001
-    ts = []
-    for _ in range(runs):
-        t = time.perf_counter()
-        fn()
-        ts.append(time.perf_counter() - t)
-    return float(np.median(ts) * 1e3)
 
 
 def measure(nbytes: int, settings: dict[str, tuple[int, int] | None], blocks: int, per_block: int) -> dict:

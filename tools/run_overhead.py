@@ -45,6 +45,21 @@ def _feeds(model: onnx.ModelProto, batch: int, seq: int) -> dict[str, np.ndarray
     return random_feeds(model, lambda axis, _: batch if axis == 0 else seq, np.random.default_rng(0))
 
 
+def _compiled_session(name: str, fp16: bool, batch: int, seq: int) -> tuple[dict, ort.InferenceSession, list]:
+    """Feeds, a gpu session run once with them, and its compiled subgraphs; background compiles are
+    waited for, so the timed program has replaced the quick one (other library picks: other bits)."""
+    model = _model(name)
+    feeds = _feeds(model, batch, seq)
+    options = {"migraphx_target": "gpu", "migraphx_fp16_enable": "1" if fp16 else "0"}
+    with capture_compiled() as compiled:
+        sess = ort.InferenceSession(
+            model.SerializeToString(), providers=[(EP, options), "CPUExecutionProvider"]
+        )
+    sess.run(None, feeds)
+    wait_for_compiles()
+    return feeds, sess, compiled
+
+
 def _median_ms(fn, runs: int) -> float:
     for _ in range(10):
         fn()
@@ -211,15 +226,7 @@ def trace(name: str, fp16: bool, batch: int, seq: int, runs: int) -> dict:
     driver), and of an IOBinding one (``_split_run``), with the program's graph replay for comparison."""
     from migraphx_ep import _C
 
-    model = _model(name)
-    feeds = _feeds(model, batch, seq)
-    options = {"migraphx_target": "gpu", "migraphx_fp16_enable": "1" if fp16 else "0"}
-    with capture_compiled() as compiled:
-        sess = ort.InferenceSession(
-            model.SerializeToString(), providers=[(EP, options), "CPUExecutionProvider"]
-        )
-    sess.run(None, feeds)
-    wait_for_compiles()
+    feeds, sess, compiled = _compiled_session(name, fp16, batch, seq)
     io = sess.io_binding()
     for k, v in feeds.items():
         io.bind_ortvalue_input(k, ort.OrtValue.ortvalue_from_numpy(v, "cuda", 0))
@@ -284,15 +291,7 @@ def threads(name: str, fp16: bool, n_threads: int, seconds: float, batch: int, s
     offers that the Run path delivers."""
     from concurrent.futures import ThreadPoolExecutor
 
-    model = _model(name)
-    feeds = _feeds(model, batch, seq)
-    options = {"migraphx_target": "gpu", "migraphx_fp16_enable": "1" if fp16 else "0"}
-    with capture_compiled() as compiled:
-        sess = ort.InferenceSession(
-            model.SerializeToString(), providers=[(EP, options), "CPUExecutionProvider"]
-        )
-    sess.run(None, feeds)
-    wait_for_compiles()  # the timed program replaces the quick one (other library picks: other bits)
+    feeds, sess, compiled = _compiled_session(name, fp16, batch, seq)
     want = sess.run(None, feeds)
     device_feeds = {k: ort.OrtValue.ortvalue_from_numpy(v, "cuda", 0) for k, v in feeds.items()}
 
