@@ -123,3 +123,27 @@ def test_not_yet_effective_option_warns(caplog, monkeypatch):
     with caplog.at_level(logging.WARNING, logger="migraphx_ep"):
         parse_options({"migraphx_mem_limit": "1024"}, {})
     assert caplog.text == ""  # working now
+
+
+@pytest.mark.parametrize(("name", "value"), [("MIGRAPHX_EP_COPY_THREADS", "many"),
+                                             ("MIGRAPHX_EP_COPY_THREADS", "-1"),
+                                             ("MIGRAPHX_EP_TRACE_RUN", "yes")])  # fmt: skip
+def test_bad_shell_switch_fails_the_session_naming_it(monkeypatch, name, value):
+    # The C++ shell reads these itself and would take a bad value for the default; the EP checks them
+    # when a session creates it.
+    import numpy as np
+    import onnxruntime as ort
+    from onnx import TensorProto
+    from onnx import helper as oh
+
+    from conftest import make_model, tensor
+
+    blob = make_model([oh.make_node("Relu", ["x"], ["y"])], [tensor("x", TensorProto.FLOAT, [2])],
+                      [tensor("y", TensorProto.FLOAT, [2])])  # fmt: skip
+    monkeypatch.setenv(name, value)
+    with pytest.raises(Exception, match=f"{name}='{value}'"):
+        sess = ort.InferenceSession(blob, providers=["MIGraphXExecutionProvider", "CPUExecutionProvider"])
+        sess.run(None, {"x": np.ones(2, np.float32)})
+    monkeypatch.delenv(name)
+    sess = ort.InferenceSession(blob, providers=["MIGraphXExecutionProvider", "CPUExecutionProvider"])
+    np.testing.assert_array_equal(sess.run(None, {"x": -np.ones(2, np.float32)})[0], np.zeros(2, np.float32))

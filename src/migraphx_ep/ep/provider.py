@@ -14,6 +14,7 @@ from ..ir.dtypes import DType
 from ..ir.instruction import Instruction
 from ..ir.program import Program
 from ..quantize import quantize_bf16, quantize_fp16
+from ..switches import env_choice, env_int
 from ..targets import TargetError, get_target
 from ..timing import stage
 from .cache import ProgramStore
@@ -66,8 +67,16 @@ def _gpu_capability(options: EpOptions) -> tuple[int, int]:
     return device_capability(options.device_id)
 
 
+def _check_shell_switches() -> None:
+    """The switches the C++ shell reads itself (csrc/host_staging.h, csrc/run_trace.h): checked here, where
+    a bad value can fail the session with an error naming it, rather than be read as the default."""
+    env_int("MIGRAPHX_EP_COPY_THREADS", 0, 0)
+    env_choice("MIGRAPHX_EP_TRACE_RUN", "0", ("0", "1"))
+
+
 class MIGraphXEp:
     def __init__(self, options: dict[str, str]) -> None:
+        _check_shell_switches()
         self.options = parse_options(options)
         self.target_name = resolve_target(self.options)
         if self.target_name == "gpu":  # the device's context and the libraries, while ORT loads the model
