@@ -66,7 +66,8 @@ Loaded load() {
         bind(lib, "cuMemFreeHost", d.mem_free_host, no_staging) &&
         bind(lib, "cuEventCreate", d.event_create, no_staging) &&
         bind(lib, "cuEventRecord", d.event_record, no_staging) &&
-        bind(lib, "cuEventSynchronize", d.event_synchronize, no_staging))) {
+        bind(lib, "cuEventSynchronize", d.event_synchronize, no_staging) &&
+        bind(lib, "cuEventDestroy_v2", d.event_destroy, no_staging))) {
     d.mem_host_alloc = nullptr;
     d.event_synchronize = nullptr;
   }

@@ -71,6 +71,7 @@ struct CudaDriver {
   CuResult (*event_create)(CuHandle* event, unsigned flags) = nullptr;
   CuResult (*event_record)(CuHandle event, CuHandle stream) = nullptr;
   CuResult (*event_synchronize)(CuHandle event) = nullptr;
+  CuResult (*event_destroy)(CuHandle event) = nullptr;
   bool can_stage() const noexcept { return mem_host_alloc != nullptr && event_synchronize != nullptr; }
 
   // Throws OrtError naming `what` and the driver's message when `r` is an error.

@@ -145,6 +145,7 @@ Ring* ring(const CudaDriver& cuda, int ordinal) {
   }
   if (!ok) {  // give back what was had; the driver's copies serve this device from now on
     for (char* p : r->slots) cuda.mem_free_host(p);
+    for (CuHandle e : r->done) cuda.event_destroy(e);
     ring_failed[i] = 1;
     return nullptr;
   }
