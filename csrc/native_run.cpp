@@ -6,7 +6,6 @@
 #include <cstdlib>
 #include <cstring>
 #include <iterator>
-#include <optional>
 
 #include "device_memory.h"
 #include "host_staging.h"
@@ -294,20 +293,22 @@ void check_copy(const CudaDriver& cuda, CuResult r, const char* call, const Plac
   cuda.check(r, call);
 }
 
-// What an IO graph copies from and to (io_graph.h), or nothing when host memory is on either side.
-std::optional<IoAddresses> io_addresses(const NativePlan& plan, const std::vector<Place>& src,
-                                        const std::vector<Place>& dst) {
-  IoAddresses a;
+// What an IO graph copies from and to (io_graph.h), into `a`; false when host memory is on either side.
+// `a` is the calling thread's, reused Run after Run: the native path allocates nothing for it.
+bool io_addresses(const NativePlan& plan, const std::vector<Place>& src, const std::vector<Place>& dst,
+                  IoAddresses& a) {
+  a.src.clear();
+  a.dst.clear();
   for (const Place& p : src) {
-    if (p.ptr != nullptr && !p.device) return std::nullopt;
+    if (p.ptr != nullptr && !p.device) return false;
     a.src.push_back(reinterpret_cast<CuDevicePtr>(p.ptr));
   }
   for (size_t i = 0; i < dst.size(); ++i) {
     const bool copied = dst[i].ptr != nullptr && !plan.outputs[i].is_constant;
-    if (copied && !dst[i].device) return std::nullopt;
+    if (copied && !dst[i].device) return false;
     a.dst.push_back(copied ? reinterpret_cast<CuDevicePtr>(dst[i].ptr) : 0);
   }
-  return a;
+  return true;
 }
 
 }  // namespace
@@ -442,9 +443,9 @@ bool run_native(const CudaDriver& cuda, const NativePlan& plan, OrtKernelContext
   cuda.check(cuda.ctx_set_current(plan.context), "cuCtxSetCurrent");
   // Device memory on both sides: the copies and the program in one launch (the IO graph).
   // (Not with padded inputs: their copies change size with every Run.)
-  const std::optional<IoAddresses> io =
-      plan.padded || !io_graphs_enabled() ? std::nullopt : io_addresses(plan, src, dst);
-  const bool one_launch = io.has_value() && launch_io_graph(cuda, plan, c, *io);
+  thread_local IoAddresses io;
+  const bool one_launch = !plan.padded && io_graphs_enabled() && io_addresses(plan, src, dst, io) &&
+                          launch_io_graph(cuda, plan, c, io);
   for (size_t i = 0; i < src.size() && !one_launch; ++i) {
     const Place& p = src[i];
     if (plan.padded && plan.pads[i].capacity != 0 && plan.input_bytes[i] != 0) {

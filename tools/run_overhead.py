@@ -45,9 +45,8 @@ def _feeds(model: onnx.ModelProto, batch: int, seq: int) -> dict[str, np.ndarray
     return random_feeds(model, lambda axis, _: batch if axis == 0 else seq, np.random.default_rng(0))
 
 
-def _compiled_session(name: str, fp16: bool, batch: int, seq: int) -> tuple[dict, ort.InferenceSession, list]:
-    """Feeds, a gpu session run once with them, and its compiled subgraphs; background compiles are
-    waited for, so the timed program has replaced the quick one (other library picks: other bits)."""
+def _gpu_session(name: str, fp16: bool, batch: int, seq: int) -> tuple[dict, ort.InferenceSession, list]:
+    """Feeds, a gpu session of the model (not run yet) and its compiled subgraphs as they come."""
     model = _model(name)
     feeds = _feeds(model, batch, seq)
     options = {"migraphx_target": "gpu", "migraphx_fp16_enable": "1" if fp16 else "0"}
@@ -55,6 +54,13 @@ def _compiled_session(name: str, fp16: bool, batch: int, seq: int) -> tuple[dict
         sess = ort.InferenceSession(
             model.SerializeToString(), providers=[(EP, options), "CPUExecutionProvider"]
         )
+    return feeds, sess, compiled
+
+
+def _compiled_session(name: str, fp16: bool, batch: int, seq: int) -> tuple[dict, ort.InferenceSession, list]:
+    """``_gpu_session`` run once with its feeds; background compiles are waited for, so the timed
+    program has replaced the quick one (other library picks: other bits)."""
+    feeds, sess, compiled = _gpu_session(name, fp16, batch, seq)
     sess.run(None, feeds)
     wait_for_compiles()
     return feeds, sess, compiled
@@ -112,13 +118,7 @@ def measure(name: str, fp16: bool, runs: int, batch: int, seq: int) -> dict:
 
 
 def iobinding(name: str, fp16: bool, batch: int, seq: int, blocks: int = 20, per_block: int = 30) -> dict:
-    model = _model(name)
-    feeds = _feeds(model, batch, seq)
-    options = {"migraphx_target": "gpu", "migraphx_fp16_enable": "1" if fp16 else "0"}
-    with capture_compiled() as compiled:
-        sess = ort.InferenceSession(
-            model.SerializeToString(), providers=[(EP, options), "CPUExecutionProvider"]
-        )
+    feeds, sess, compiled = _gpu_session(name, fp16, batch, seq)
     io = sess.io_binding()
     device_feeds = {k: ort.OrtValue.ortvalue_from_numpy(v, "cuda", 0) for k, v in feeds.items()}
     for k, v in device_feeds.items():
