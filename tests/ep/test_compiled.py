@@ -164,3 +164,24 @@ def test_every_compile_logs_what_it_cost(caplog):
         stages = dict(re.findall(r"(\w+) ([\d.]+) s", m.group(2)))
         assert "passes" in stages and "nvrtc" not in stages  # the ref target compiles no kernels
         assert sum(float(s) for s in stages.values()) <= float(m.group(1)) + 0.004
+
+
+def test_a_graph_claimed_whole_is_not_parsed_again_to_find_its_value_inputs(monkeypatch):
+    """GetCapability's probe of a graph it claims whole tells the Compile of that graph which inputs need
+    their values (ep/partition.py): a second parse of a large model was 0.1 s of every session. Another
+    graph's Compile parses its own."""
+    from migraphx_ep.ep import compiled as compiled_mod
+
+    ep = create_ep({"migraphx_target": "ref"})
+    parses: list[dict] = []
+    real = compiled_mod.probe_parse
+    monkeypatch.setattr(compiled_mod, "probe_parse", lambda g, **kw: parses.append(g) or real(g, **kw))
+    assert ep.get_capability(reduce_graph()) == [[0]]
+    c = ep.compile(reduce_graph(), "fused_0")  # the same graph, another dict (as ORT hands it)
+    assert parses == [] and c.value_inputs == [1]
+    x = np.random.default_rng(0).standard_normal((2, 3, 4)).astype(np.float32)
+    np.testing.assert_allclose(c.run([x, np.array([2], np.int64)])[0], x.sum(axis=2), rtol=1e-6)
+    assert ep.get_capability(reduce_graph()) == [[0]]
+    c = ep.compile(graph(), "fused_1")  # not the graph claimed last: parsed
+    assert len(parses) == 1 and c.value_inputs == []
+    assert ep.compile(reduce_graph(), "fused_2").value_inputs == [1] and len(parses) == 2  # used once

@@ -133,7 +133,7 @@ def test_a_graph_claimed_whole_is_probed_once_and_the_skipped_probe_would_refuse
 
     monkeypatch.setattr(part, "probe_parse", counted)
     whole = 0
-    for name, g in _model_graphs():
+    for name, g in [*_model_graphs(), ("value inputs", _value_input_graph())]:
         for check in (None, functools.partial(instruction_supported, cc=(9, 0))):
             calls.clear()
             p = partition(g, check)
@@ -142,9 +142,35 @@ def test_a_graph_claimed_whole_is_probed_once_and_the_skipped_probe_would_refuse
             whole += 1
             assert len(calls) == 1, f"{name}: {len(calls)} probes for a graph claimed whole"
             group_of = {i: 0 for i in p.groups[0]}
-            again = part._probe(g, {}, claimed=set(group_of), group_of=group_of, specialize=True, check=check)
+            again, _ = part._probe(
+                g, {}, claimed=set(group_of), group_of=group_of, specialize=True, check=check
+            )
             assert again == {}, f"{name}: the skipped probe refuses {again}"
-    assert whole >= 10, whole  # the shipped models are claimed whole on both targets
+            # What the compile takes from the partition instead of parsing again (ep/compiled.py):
+            # its own parse, without the gpu target's check, finds the same value inputs.
+            assert p.needs_values == real(g, specialize=True).needs_values, name
+    assert whole >= 12, whole  # the shipped models and the value-input graph, claimed whole on both targets
+
+
+def _value_input_graph() -> dict:
+    """A ReduceSum whose axes and a Reshape whose shape are graph inputs: the probe finds both needed by
+    value."""
+    g = h.make_graph(
+        [
+            h.make_node("Reshape", ["x", "shape"], ["y"]),
+            h.make_node("ReduceSum", ["y", "axes"], ["r"], keepdims=1),
+        ],
+        "g",
+        [
+            h.make_tensor_value_info("x", T.FLOAT, [2, 3, 4]),
+            h.make_tensor_value_info("axes", T.INT64, [1]),
+            h.make_tensor_value_info("shape", T.INT64, [2]),
+        ],
+        [h.make_tensor_value_info("r", T.FLOAT, None)],
+    )
+    out = model_to_dict(h.make_model(g, opset_imports=[h.make_opsetid("", 18)]))
+    assert sorted(n for v in partition(out).needs_values.values() for n in v) == ["axes", "shape"]
+    return out
 
 
 def test_a_graph_with_refusals_is_still_probed_by_group(monkeypatch):

@@ -65,6 +65,7 @@ class CompiledSubgraph(BackgroundCompiles, TemplateCompiles):
         target: str = "ref",
         programs: Mapping[ShapeKey, Program] | None = None,
         compile_optimised: Callable[[Program, EpOptions, str], None] | None = None,
+        needs_values: dict[int, list[str]] | None = None,
     ) -> None:
         self.name = name
         self.options = options
@@ -108,9 +109,11 @@ class CompiledSubgraph(BackgroundCompiles, TemplateCompiles):
             self.loads = len(programs)
             return
         # Inputs whose *values* some node needs at compile time (axes, shapes, pads...): their values
-        # join the compile key, so each distinct value compiles once (value specialisation).
-        probe = probe_parse(self.graph, specialize=True)
-        wanted = {n for names in probe.needs_values.values() for n in names}
+        # join the compile key, so each distinct value compiles once (value specialisation). The
+        # partition's probe found them where it claimed the whole graph (``needs_values``).
+        if needs_values is None:
+            needs_values = probe_parse(self.graph, specialize=True).needs_values
+        wanted = {n for names in needs_values.values() for n in names}
         self.value_inputs = [i for i, n in enumerate(self.input_names) if n in wanted]
         if target in ("ref", "gpu") and os.environ.get("MIGRAPHX_EP_RUNTIME_DIMS", "1") not in ("", "0"):
             self.runtime = candidates(self.graph)

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from ..frontend.parser import topo_order
+from ..frontend.parser import ParseResult, topo_order
 from ..frontend.probe import probe_parse
 from ..ir.instruction import Instruction
 
@@ -24,6 +24,28 @@ MAX_ROUNDS = 8
 class Partition:
     groups: list[list[int]]  # node indices, each group in topological order
     refused: dict[int, str] = field(default_factory=dict)  # node index -> reason
+    # Where every node is claimed in one group: the inputs whose values nodes need (the probe's
+    # ``needs_values``), which the compile of that group would otherwise parse the graph again to learn.
+    needs_values: dict[int, list[str]] | None = None
+
+
+def graph_signature(graph: dict) -> tuple:
+    """What tells the graph GetCapability saw from the one a Compile gets, within one session: the nodes
+    (ORT's indices and names, ops, wiring), the inputs that are not initializers (a fused node lists its
+    initializers among its inputs, in another order), the outputs, and the initializers' names, types and
+    dims. ORT hands both calls the same nodes, so equal signatures mean the same graph."""
+    inits = graph.get("initializers", {})
+    return (
+        tuple(
+            (n["index"], n["name"], n["op_type"], n["domain"], tuple(n["inputs"]), tuple(n["outputs"]))
+            for n in graph["nodes"]
+        ),
+        frozenset(i for i in graph["inputs"] if i not in inits),
+        tuple(graph["outputs"]),
+        frozenset(
+            (k, str(getattr(a, "dtype", type(a))), getattr(a, "shape", None)) for k, a in inits.items()
+        ),
+    )
 
 
 def _edges(nodes: list[dict]) -> tuple[list[list[int]], list[int]]:
@@ -107,19 +129,20 @@ def convex_groups(nodes: list[dict], supported: set[int]) -> list[list[int]]:
     return [g for g in groups.values() if g]
 
 
-def _probe(graph: dict, pins: dict[str, int], **kw) -> dict[int, str]:
+def _probe(graph: dict, pins: dict[str, int], **kw) -> tuple[dict[int, str], ParseResult]:
     """Refusals of a tolerant parse that hold for two unrelated choices of symbolic sizes.
 
     A symbolic dim has no size until Run, so a shape check in the probe (a pooling window larger than
     the input, a concat of dims that differ) can fail for made-up sizes that real inputs never have.
     A node refused for one choice but accepted for the other is claimed: its per-shape compile runs
     the same checks on real dims, and a failure there is an error naming the node, never a wrong number.
-    A symbol some node needs at one size (``pins``, see ``probe_parse``) has that size in both."""
-    small = probe_parse(graph, pins=pins, **kw).refused
-    if not small:
-        return small
+    A symbol some node needs at one size (``pins``, see ``probe_parse``) has that size in both.
+    Also returns the first parse's result."""
+    first = probe_parse(graph, pins=pins, **kw)
+    if not first.refused:
+        return first.refused, first
     large = probe_parse(graph, large=True, pins=pins, **kw).refused
-    return {i: r for i, r in small.items() if i in large}
+    return {i: r for i, r in first.refused.items() if i in large}, first
 
 
 def partition(graph: dict, check: Check | None = None, refuse: dict[int, str] | None = None) -> Partition:
@@ -130,7 +153,8 @@ def partition(graph: dict, check: Check | None = None, refuse: dict[int, str] | 
     nodes = graph["nodes"]
     all_idx = {n["index"] for n in nodes}
     pins: dict[str, int] = {}
-    refused: dict[int, str] = {**_probe(graph, pins, specialize=True, check=check), **(refuse or {})}
+    probed, first = _probe(graph, pins, specialize=True, check=check)
+    refused: dict[int, str] = {**probed, **(refuse or {})}
     groups: list[list[int]] = []
     for _ in range(MAX_ROUNDS):
         groups = convex_groups(nodes, all_idx - set(refused))
@@ -138,10 +162,15 @@ def partition(graph: dict, check: Check | None = None, refuse: dict[int, str] | 
             # Every node in one group: the group-aware probe would parse the same graph again with
             # nothing crossing a boundary, and refuse what the first probe refused, i.e. nothing (a
             # control-flow body is not skipped: its nodes have no group, so outer values read in it
-            # cross one). One parse of a large graph saved per session (BERT-base: 0.07-0.1 s).
-            break
+            # cross one). One parse of a large graph saved per session (BERT-base: 0.07-0.1 s); and
+            # the compile of this one group learns its value inputs from the same parse (another one).
+            # The gpu target's ``check`` vetoed nothing here (nothing is refused), so the parse is
+            # what the compile's own, without it, would give.
+            return Partition(groups, {}, first.needs_values)
         group_of = {i: g for g, members in enumerate(groups) for i in members}
-        probed = _probe(graph, pins, claimed=set(group_of), group_of=group_of, specialize=True, check=check)
+        probed, _ = _probe(
+            graph, pins, claimed=set(group_of), group_of=group_of, specialize=True, check=check
+        )
         newly = {i: r for i, r in probed.items() if i in group_of}
         if not newly:
             break

@@ -23,7 +23,7 @@ from .compat import session_info, validate
 from .compiled import CompiledSubgraph
 from .epcontext import context_node, is_context_node, is_our_context, load_context
 from .options import EpOptions, OptionError, parse_options
-from .partition import Partition, partition
+from .partition import Partition, graph_signature, partition
 from .subgraphs import expand_fused, is_ours, with_outer_scope_inputs
 
 log = logging.getLogger("migraphx_ep")
@@ -94,6 +94,8 @@ class MIGraphXEp:
         # fused node name -> the graph its Compile received: control-flow bodies holding such nodes
         # are expanded back (see ep/subgraphs.py) so the control-flow node can be claimed whole.
         self.fused_graphs: dict[str, dict] = {}
+        # The last graph GetCapability claimed whole, by signature, and its probe's value inputs.
+        self._claimed_whole: tuple[tuple, dict[int, list[str]]] | None = None
         self._refusals = RefusalSummary()
         self.session: dict[str, str] = {}  # "ep.context_*" session entries (EPContext model writing)
         self.contexts_written = 0  # EPContext nodes handed to ORT (then a compatibility string too)
@@ -132,6 +134,8 @@ class MIGraphXEp:
             if is_context_node(n) and n["index"] not in contexts:
                 refuse[n["index"]] = f"EPContext node of {n['attributes'].get('source', 'an unnamed EP')!r}"
         part = partition(graph, check, {**refuse, **{i: "EPContext" for i in contexts}})
+        if part.needs_values is not None:  # claimed whole: its Compile need not parse it again
+            self._claimed_whole = (graph_signature(graph), part.needs_values)
         for i in contexts:
             part.refused.pop(i, None)
             part.groups.append([i])
@@ -216,6 +220,7 @@ class MIGraphXEp:
     def _compile_graph(self, graph: dict, fused_node_name: str) -> CompiledSubgraph:
         graph = expand_fused(graph, self.fused_graphs)
         self.fused_graphs[fused_node_name] = graph
+        whole, self._claimed_whole = self._claimed_whole, None
         return CompiledSubgraph(
             graph,
             fused_node_name,
@@ -224,6 +229,7 @@ class MIGraphXEp:
             self.store,
             self.target_name,
             compile_optimised=self.compile_optimised,
+            needs_values=whole[1] if whole is not None and whole[0] == graph_signature(graph) else None,
         )
 
     def ep_context(self, compiled: CompiledSubgraph, fused_node_name: str) -> dict:
