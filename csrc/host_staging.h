@@ -11,6 +11,8 @@
 // not reliable (1.5 MiB: 0.12 against 0.19 ms in one run, 0.28 against 0.26 in the next).
 #pragma once
 
+#include <pybind11/pybind11.h>
+
 #include <cstddef>
 #include <cstdint>
 
@@ -41,5 +43,8 @@ uint64_t staged_copy_count() noexcept;
 // at run time: measurements compare settings in one process. 0 keeps a value.
 void set_staging(bool on, size_t chunk_bytes, size_t threads, size_t min_bytes) noexcept;
 void reset_staging() noexcept;  // back to the defaults
+
+// The Python functions above and copy_to_device (host_staging_py.cpp).
+void register_staging(pybind11::module_& m);
 
 }  // namespace mgx

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "factory.h"
+#include "host_staging.h"
 #include "native_run.h"
 #include "python_host.h"
 #include "run_trace.h"
@@ -111,4 +112,5 @@ PYBIND11_MODULE(_C, m) {
   m.def("build_info", &build_info, "ORT headers and Python the library was built against");
   mgx::register_native(m);
   mgx::register_trace(m);
+  mgx::register_staging(m);
 }

@@ -532,14 +532,6 @@ void register_native(py::module_& m) {
       },
       "'' when the native Run path can reach the CUDA driver; otherwise why not");
   m.def("native_run_enabled", &native_run_enabled, "False when MIGRAPHX_EP_NATIVE_RUN=0");
-  m.def("staged_copy_count", &staged_copy_count,
-        "Pageable host<->GPU copies made through pinned staging so far (host_staging.h)");
-  m.def("copy_threads", &copy_threads, "Host threads a staged copy uses (MIGRAPHX_EP_COPY_THREADS)");
-  m.def("configure_staging", &set_staging, py::arg("on") = true, py::arg("chunk_bytes") = 0,
-        py::arg("threads") = 0, py::arg("min_bytes") = 0,
-        "Stage large pageable copies (the default) or leave them to the driver, from now on; chunk size, "
-        "threads and the smallest staged copy for measurements (0: unchanged)");
-  m.def("reset_staging", &reset_staging, "Staging's default settings again (after configure_staging)");
   m.def(
       "device_io_status",
       [] { return GpuDevices::get().count() > 0 ? std::string() : GpuDevices::get().why_not(); },

@@ -40,8 +40,9 @@ class FakeDevice:
     def __init__(self) -> None:
         self.uploads: list[int] = []
 
-    def upload(self, block: FakeBlock, host: np.ndarray) -> None:
-        block.data[:] = host
+    def upload(self, block: FakeBlock, offset: int, host: np.ndarray) -> None:
+        assert offset + host.nbytes <= block.nbytes
+        block.data[offset : offset + host.nbytes] = host
         self.uploads.append(host.nbytes)
 
     def pool(self) -> DeviceWeights:
@@ -96,6 +97,22 @@ def test_equal_host_memory_twice_in_one_program_is_uploaded_once():
     sts = weights(A, A, B)
     placed = dev.pool().place(sts)
     assert placed.uploaded == 1280 + 256 and placed.addresses[id(sts[0])] == placed.addresses[id(sts[1])]
+
+
+def test_large_weights_are_copied_from_their_own_arrays_small_ones_packed():
+    # Packing (zeroing and filling one host buffer the size of all weights) cost more than the upload for
+    # BERT-base's 220 MB: weights of _DIRECT bytes or more are copied on their own, the rest in one.
+    from migraphx_ep.targets.gpu import weights as W
+
+    big = np.random.default_rng(0).standard_normal(W._DIRECT // 4 + 3).astype(np.float32)
+    big2 = np.arange(W._DIRECT // 2, dtype=np.float16)  # exactly _DIRECT bytes
+    dev = FakeDevice()
+    sts = weights(big, A, big2, B)
+    placed = dev.pool().place(sts)
+    assert sorted(dev.uploads) == sorted([big.nbytes, big2.nbytes, 1280 + 14])  # A, B packed: end of B
+    for st in sts:
+        assert np.array_equal(read(placed, placed.blocks, st), np.asarray(st.value))
+    assert placed.uploaded == 1280 + 256 + W.align(big.nbytes) + big2.nbytes
 
 
 def test_blocks_go_when_no_program_reads_them():

@@ -115,7 +115,7 @@ class GpuTarget:
 
         if options.weights is None:
             return None
-        return options.weights.shared(("gpu weights", device.id), DeviceWeights)
+        return options.weights.shared(("gpu weights", device.id), lambda: DeviceWeights(device_id=device.id))
 
     def load_executable(self, prog: Program, blob: bytes | None):
         """Rebuild the executable of a stored (already optimised) program from its kernel images and

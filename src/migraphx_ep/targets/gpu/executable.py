@@ -110,7 +110,7 @@ class GpuExecutable(LibrarySteps):
             self.arena_bytes = plan_lowered(lowered)
         with stage("weights upload"):
             # ``weights``: the device copies the other programs of this subgraph uploaded (weights.py).
-            self._place_weights(weights if weights is not None else DeviceWeights())
+            self._place_weights(weights if weights is not None else DeviceWeights(device_id=device.id))
         self.checking_specs = [s.spec for s in lowered.steps if isinstance(s, KernelStep)]
         self.workspace_bytes = ALIGN
         # The first context serves the Python Run path; more come when native Runs overlap.
