@@ -1,0 +1,28 @@
+"""tools/cache_load.py on the ref target: the first session fills the cache, the next one loads from it
+(so its Compile and .mxr load are timed, and nothing is compiled again)."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import re
+
+HERE = os.path.dirname(__file__)
+
+
+def test_a_load_is_split_into_our_calls(capsys):
+    spec = importlib.util.spec_from_file_location(
+        "cache_load", os.path.join(HERE, "..", "tools", "cache_load.py")
+    )
+    tool = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tool)  # type: ignore[union-attr]
+    model = os.path.join(HERE, "models", "bert.onnx")
+    assert tool.main([model, "--target", "ref", "--loads", "1", "--seq", "8"]) == 0
+    out = capsys.readouterr().out
+    assert "ORT, CPU EP alone, optimizations off" in out
+    fill = re.search(r"^fill: .*\(ms: (.*)\)$", out, re.M)
+    load = re.search(r"^load #1: .*\(ms: (.*)\)$", out, re.M)
+    assert fill and load, out
+    assert "mxr load 0" in fill.group(1)  # nothing to load yet: it compiled
+    spent = dict(kv.rsplit(" ", 1) for kv in load.group(1).split(", "))
+    assert {"capability", "compile", "fingerprint", "mxr load"} <= set(spent) and int(spent["mxr load"]) >= 0
