@@ -90,8 +90,8 @@ class DeviceWeights:
             todo: list[tuple[int, np.ndarray, tuple[int, int] | None]] = []  # (offset, host, key)
             late: list[tuple[Storage, int]] = []  # storages in the new block, by offset
             total = 0
-            # Small weights first, so one packed transfer covers them (see _DIRECT).
-            for st in sorted(storages, key=lambda st: np.asarray(st.value).nbytes >= _DIRECT):
+            missing: list[tuple[Storage, np.ndarray, tuple[int, int] | None]] = []
+            for st in storages:
                 host = np.asarray(st.value)
                 key = (host.__array_interface__["data"][0], host.nbytes) if host.flags.c_contiguous else None
                 entry = self._entries.get(key) if key is not None else None
@@ -100,7 +100,11 @@ class DeviceWeights:
                     out.addresses[id(st)] = block.ptr + entry[1]  # type: ignore[index]
                     blocks[id(block)] = block
                     out.shared += 1
-                    continue
+                else:
+                    missing.append((st, host, key))
+            # Small weights first, so one packed transfer covers them (see _DIRECT).
+            missing.sort(key=lambda m: m[1].nbytes >= _DIRECT)
+            for st, host, key in missing:
                 offset = fresh.get(key) if key is not None else None
                 if offset is None:
                     offset, total = total, total + align(max(host.nbytes, 1))
