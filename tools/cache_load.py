@@ -5,7 +5,9 @@
 One session fills a fresh cache directory, then ``--loads`` sessions in the same process load from it
 (as ``bench/run.py`` measures a cache load). Each line gives the session's creation and its first Run,
 and inside them our GetCapability, Compile (before the first Run), the first Run's cache key
-(``graph_fingerprint``) and its ``.mxr`` load (read, decode, executable restore, weights upload). ORT's
+(``graph_fingerprint``) and its ``.mxr`` load, whose stages follow on a line of their own (``mxr read``:
+the bytes and checksums, ``mxr decode``: the IR, then the target's restore: lowering, weights upload,
+binding...). ORT's
 own load of the same model with the CPU EP alone, graph optimizations on and off, comes first: what is
 left of a session beyond our calls is ORT's. Symbolic dims: the first is ``--batch``, the others
 ``--seq`` (a 4-d float input: 3 x 224 x 224 images).
@@ -23,18 +25,26 @@ import numpy as np
 import onnxruntime as ort
 
 import migraphx_ep  # noqa: F401 - registers the EP (as the autoload hook would)
+from migraphx_ep import timing
 from migraphx_ep.ep import cache, compiled, provider
 
 _SPENT: dict[str, float] = {}
+_LOAD_STAGES: list[str] = []  # each .mxr load's stages (timing.record's summary)
 
 
-def _timed(owner: Any, name: str, label: str) -> None:
+def _timed(owner: Any, name: str, label: str, stages: bool = False) -> None:
     real: Callable = getattr(owner, name)
 
     def wrapper(*args: Any, **kw: Any) -> Any:
         t = time.perf_counter()
         try:
-            return real(*args, **kw)
+            if not stages:
+                return real(*args, **kw)
+            with timing.record() as times:
+                found = real(*args, **kw)
+            if found is not None:
+                _LOAD_STAGES.append(times.summary())
+            return found
         finally:
             _SPENT[label] = _SPENT.get(label, 0.0) + time.perf_counter() - t
 
@@ -74,7 +84,7 @@ def main(argv: list[str] | None = None) -> int:
     _timed(provider.MIGraphXEp, "get_capability", "capability")
     _timed(provider.MIGraphXEp, "_compile_graph", "compile")
     _timed(compiled, "graph_fingerprint", "fingerprint")
-    _timed(cache.ProgramStore, "lookup", "mxr load")
+    _timed(cache.ProgramStore, "lookup", "mxr load", stages=True)
     opts = {"migraphx_target": a.target, "migraphx_model_cache_dir": tempfile.mkdtemp(prefix="mxr-cache-")}
     for n in range(a.loads + 1):
         _SPENT.clear()
@@ -88,6 +98,8 @@ def main(argv: list[str] | None = None) -> int:
         ours = ", ".join(f"{k} {v * 1e3:.0f}" for k, v in _SPENT.items())
         what = "fill" if n == 0 else f"load #{n}"
         print(f"{what}: session {t1 - t0:.3f} s, + first Run {t2 - t0:.3f} s (ms: {ours})", flush=True)
+        while _LOAD_STAGES:
+            print(f"  .mxr load: {_LOAD_STAGES.pop(0)}", flush=True)
         del sess
     return 0
 

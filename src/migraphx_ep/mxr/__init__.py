@@ -32,6 +32,7 @@ import msgpack
 import numpy as np
 
 from ..ir.program import Program
+from ..timing import stage
 from .codec import MxrError, PathLike, decode_program, encode_program
 
 MAGIC = b"\x89MXR-EP\n"  # high bit and newline catch text-mode mangling, as PNG's signature does
@@ -192,6 +193,7 @@ class _Reader:
     def __init__(self, f: IO[bytes], path: PathLike) -> None:
         self.f = f
         self.path = path
+        self.size = os.fstat(f.fileno()).st_size
 
     def _exact(self, n: int, what: str) -> bytes:
         b = self.f.read(n)
@@ -209,29 +211,53 @@ class _Reader:
     def read(self, what: str) -> bytes:
         return self._exact(self.bin_len(what), what)
 
-    def read_into(self, buf: memoryview, what: str) -> None:
-        done = 0
+    def locate(self, nbytes: int, what: str) -> list[tuple[int, int, int]]:
+        """Where a weight of ``nbytes`` lies: (file offset, offset in the weight, bytes) per chunk, the
+        file position moved past it (its bytes are read later, ``_read_weights``)."""
+        pieces, done = [], 0
         while True:  # at least one chunk: an empty weight is written as one empty bin
             n = self.bin_len(what)
-            if done + n > buf.nbytes:
+            if done + n > nbytes:
                 raise MxrError(self.path, f"corrupt file: {what} is larger than recorded")
-            got = self.f.readinto(buf[done : done + n])  # type: ignore[attr-defined]
-            if got != n:
+            at = self.f.tell()
+            if at + n > self.size:
                 raise MxrError(self.path, f"truncated file: {what} ends early")
+            pieces.append((at, done, n))
+            self.f.seek(n, os.SEEK_CUR)
             done += n
-            if done == buf.nbytes:
-                return
+            if done == nbytes:
+                return pieces
 
 
-def _failed_checksums(weights: list[np.ndarray], crcs: list[int]) -> list[int]:
-    """Indices of the weights whose CRC-32 is not the recorded one. Large ones are checked on a thread
-    pool (zlib releases the GIL): one after the other, BERT-base's 110 MB took 0.12 s of every load."""
+def _read_weights(
+    f: IO[bytes], path: PathLike, records: list[tuple[int, int]], where: list[list[tuple[int, int, int]]]
+) -> list[np.ndarray]:
+    """The weights' bytes, each checked against its CRC-32. Large ones are read and checked on a thread
+    pool (``os.preadv`` and zlib release the GIL; each thread checks what it just read, while it is in
+    its cache): one reader took 70-110 ms of every load of BERT-base's 220 MB (and fresh buffers' page
+    faults on the same thread); first bad or short weight named."""
+    weights = [np.empty(n, dtype=np.uint8) for n, _ in records]
+    fd = f.fileno()
+
+    def read(i: int) -> bool:
+        buf = memoryview(weights[i])
+        for at, dst, n in where[i]:
+            while n:
+                got = os.preadv(fd, [buf[dst : dst + n]], at)
+                if got <= 0:
+                    return False
+                at, dst, n = at + got, dst + got, n - got
+        return zlib.crc32(weights[i]) == records[i][1]
+
     big = [i for i, w in enumerate(weights) if w.nbytes > _PARALLEL_CRC]
-    sums = {i: zlib.crc32(w) for i, w in enumerate(weights) if w.nbytes <= _PARALLEL_CRC}
+    ok = {i: read(i) for i, w in enumerate(weights) if w.nbytes <= _PARALLEL_CRC}
     if big:
         with ThreadPoolExecutor(min(len(big), os.cpu_count() or 1, 16)) as pool:
-            sums.update(zip(big, pool.map(lambda i: zlib.crc32(weights[i]), big), strict=True))
-    return [i for i, c in enumerate(crcs) if sums[i] != c]
+            ok.update(zip(big, pool.map(read, big), strict=True))
+    bad = [i for i in range(len(weights)) if not ok[i]]
+    if bad:
+        raise MxrError(path, f"corrupt file: weight {bad[0]} fails its checksum")
+    return weights
 
 
 def _unpack(data: bytes, what: str, crc: int | None, path: PathLike) -> Any:
@@ -277,6 +303,15 @@ def _detect(path: PathLike) -> str:
 
 
 def _read_msgpack(path: PathLike, with_program: bool) -> MxrFile:
+    with stage("mxr read"):  # the file's bytes and their checksums
+        found = _read_msgpack_sections(path, with_program)
+    if isinstance(found, MxrFile):
+        return found
+    spec, weights, target, compiled, metadata, header = found
+    return MxrFile(decode_program(spec, weights, target, compiled, path), metadata, compiled, target, header)
+
+
+def _read_msgpack_sections(path: PathLike, with_program: bool) -> MxrFile | tuple:
     with open(path, "rb") as f:
         f.seek(len(MAGIC))
         r = _Reader(f, path)
@@ -301,17 +336,11 @@ def _read_msgpack(path: PathLike, with_program: bool) -> MxrFile:
             records = [(int(n), int(c)) for n, c in spec["weights"]]
         except (KeyError, TypeError, ValueError):
             raise MxrError(path, "corrupt program section: bad weight table") from None
-        weights = []
-        for i, (nbytes, _) in enumerate(records):
-            buf = np.empty(nbytes, dtype=np.uint8)
-            r.read_into(memoryview(buf), f"weight {i}")
-            weights.append(buf)
+        where = [r.locate(nbytes, f"weight {i}") for i, (nbytes, _) in enumerate(records)]
         if f.read(1):
             raise MxrError(path, "corrupt file: unexpected data after the last weight")
-    bad = _failed_checksums(weights, [c for _, c in records])
-    if bad:
-        raise MxrError(path, f"corrupt file: weight {bad[0]} fails its checksum")
-    return MxrFile(decode_program(spec, weights, target, compiled, path), metadata, compiled, target, header)
+        weights = _read_weights(f, path, records, where)
+    return spec, weights, target, compiled, metadata, header
 
 
 def _read_json(path: PathLike, with_program: bool) -> MxrFile:

@@ -18,6 +18,7 @@ from ..ir.module import Module
 from ..ir.operation import OPS, Literal, ModuleOp, Op, make_op
 from ..ir.program import Program
 from ..ir.shape import Shape
+from ..timing import stage
 
 PathLike = str | os.PathLike
 
@@ -204,8 +205,9 @@ def decode_program(
         raise MxrError(path, "corrupt program section: module names are repeated or 'main' is missing")
     prog = Program()
     prog.modules = {name: Module(name) for name in names}
-    for s in _module_order(specs, path):
-        _fill_module(prog, prog.modules[s["name"]], s, weights, path)
+    with stage("mxr decode"):
+        for s in _module_order(specs, path):
+            _fill_module(prog, prog.modules[s["name"]], s, weights, path)
     if target is not None:
         # Program has no public setter for a restored executable; this module is its serialiser.
         prog._exe = _restore_executable(prog, target, compiled, path)
