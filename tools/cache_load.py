@@ -1,21 +1,24 @@
 """A session loaded from ``migraphx_model_cache_dir``, split into ORT's share and ours. Usage:
 
     python tools/cache_load.py MODEL.onnx [--loads 3] [--target gpu] [--batch 1] [--seq 128]
+        [--cache-dir DIR] [--no-ort]
 
 One session fills a fresh cache directory, then ``--loads`` sessions in the same process load from it
-(as ``bench/run.py`` measures a cache load). Each line gives the session's creation and its first Run,
-and inside them our GetCapability, Compile (before the first Run), the first Run's cache key
-(``graph_fingerprint``) and its ``.mxr`` load, whose stages follow on a line of their own (``mxr read``:
-the bytes and checksums, ``mxr decode``: the IR, then the target's restore: lowering, weights upload,
-binding...). ORT's
-own load of the same model with the CPU EP alone, graph optimizations on and off, comes first: what is
-left of a session beyond our calls is ORT's. Symbolic dims: the first is ``--batch``, the others
-``--seq`` (a 4-d float input: 3 x 224 x 224 images).
+(as ``bench/run.py`` measures a cache load). With ``--cache-dir`` that already holds programs, every
+session loads: run it once to fill ``DIR``, then again per fresh process that loads (a restarted
+server). Each line gives the session's creation and its first Run, and inside them our GetCapability,
+Compile (before the first Run), the first Run's cache key (``graph_fingerprint``) and its ``.mxr``
+load, whose stages follow on a line of their own (``mxr read``: the bytes and checksums, ``mxr
+decode``: the IR, then the target's restore: lowering, weights upload, binding...). ORT's own load of
+the same model with the CPU EP alone, graph optimizations on and off, comes first: what is left of a
+session beyond our calls is ORT's. Symbolic dims: the first is ``--batch``, the others ``--seq`` (a 4-d
+float input: 3 x 224 x 224 images).
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import tempfile
 import time
 from collections.abc import Callable
@@ -72,8 +75,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--target", default="gpu")
     ap.add_argument("--batch", type=int, default=1)
     ap.add_argument("--seq", type=int, default=128)
+    ap.add_argument("--cache-dir", help="a cache directory to fill or load from (default: a new one)")
+    ap.add_argument("--no-ort", action="store_true", help="skip ORT's own load of the model")
     a = ap.parse_args(argv)
-    for optimized in (True, False):
+    for optimized in () if a.no_ort else (True, False):
         so = ort.SessionOptions()
         if not optimized:
             so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
@@ -85,8 +90,10 @@ def main(argv: list[str] | None = None) -> int:
     _timed(provider.MIGraphXEp, "_compile_graph", "compile")
     _timed(compiled, "graph_fingerprint", "fingerprint")
     _timed(cache.ProgramStore, "lookup", "mxr load", stages=True)
-    opts = {"migraphx_target": a.target, "migraphx_model_cache_dir": tempfile.mkdtemp(prefix="mxr-cache-")}
-    for n in range(a.loads + 1):
+    cache_dir = a.cache_dir or tempfile.mkdtemp(prefix="mxr-cache-")
+    filled = os.path.isdir(cache_dir) and any(f.endswith(".mxr") for f in os.listdir(cache_dir))
+    opts = {"migraphx_target": a.target, "migraphx_model_cache_dir": cache_dir}
+    for n in range(int(filled), a.loads + 1):
         _SPENT.clear()
         t0 = time.perf_counter()
         sess = ort.InferenceSession(
