@@ -197,3 +197,11 @@ def test_a_graph_with_refusals_is_still_probed_by_group(monkeypatch):
     p = partition(g)
     assert p.groups == [[0], [2]] and 1 in p.refused
     assert any("group_of" in kw for kw in calls), "the group-aware probe did not run"
+
+
+def test_bits_lists_the_set_positions():
+    from migraphx_ep.ep.partition import _bits
+
+    assert list(_bits(0)) == [] and list(_bits(1)) == [0]
+    mask = (1 << 0) | (1 << 5) | (1 << 64) | (1 << 1000)  # beyond one machine word
+    assert list(_bits(mask)) == [0, 5, 64, 1000]
