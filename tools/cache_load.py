@@ -6,9 +6,9 @@
 One session fills a fresh cache directory, then ``--loads`` sessions in the same process load from it
 (as ``bench/run.py`` measures a cache load). With ``--cache-dir`` that already holds programs, every
 session loads: run it once to fill ``DIR``, then again per fresh process that loads (a restarted
-server). Each line gives the session's creation and its first Run, and inside them our GetCapability,
-Compile (before the first Run), the first Run's cache key (``graph_fingerprint``) and its ``.mxr``
-load, whose stages follow on a line of their own (``mxr read``: the bytes and checksums, ``mxr
+server). Each line gives the session's creation and its first Run, and inside them our EP's creation,
+GetCapability, Compile (before the first Run), the first Run's cache key (``graph_fingerprint``) and its
+``.mxr`` load, whose stages follow on a line of their own (``mxr read``: the bytes and checksums, ``mxr
 decode``: the IR, then the target's restore: lowering, weights upload, binding...). ORT's own load of
 the same model with the CPU EP alone, graph optimizations on and off, comes first: what is left of a
 session beyond our calls is ORT's. Symbolic dims: the first is ``--batch``, the others ``--seq`` (a 4-d
@@ -86,6 +86,7 @@ def main(argv: list[str] | None = None) -> int:
         ort.InferenceSession(a.model, so, providers=["CPUExecutionProvider"])
         took = time.perf_counter() - t
         print(f"ORT, CPU EP alone, optimizations {'on' if optimized else 'off'}: {took:.3f} s")
+    _timed(provider.MIGraphXEp, "__init__", "create")
     _timed(provider.MIGraphXEp, "get_capability", "capability")
     _timed(provider.MIGraphXEp, "_compile_graph", "compile")
     _timed(compiled, "graph_fingerprint", "fingerprint")
