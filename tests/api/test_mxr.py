@@ -308,3 +308,28 @@ def test_empty_weight_last(tmp_path, fmt):
     mxr.save(p, tmp_path / "e.mxr", format=fmt)
     q = mxr.load(tmp_path / "e.mxr")
     assert q == p and [a.shape for a in q.run_numpy({})] == [(0, 2), (2, 0)]
+
+
+def test_equal_records_decode_to_one_shared_op(tmp_path):
+    """A transformer's layers repeat their records: the decoder makes each distinct op once (ops are
+    immutable) and the program still loads equal to the one saved, with each instruction's shape checked."""
+    p = Program()
+    m = p.get_main_module()
+    x = m.add_parameter("x", Shape(DType.float_type, [2, 8]))
+    for _ in range(4):
+        w = m.add_literal(RNG.standard_normal((2, 8)).astype(np.float32))
+        x = m.add_instruction(make_op("relu"), [m.add_instruction(make_op("add"), [x, w])])
+        for _ in range(2):  # [8, 2], then [2, 8] again
+            x = m.add_instruction(make_op("transpose", permutation=[1, 0]), [x])
+    m.add_return([x])
+    src = tmp_path / "p.mxr"
+    mxr.save(p, src)
+    q = mxr.load(src)
+    assert q == p
+    ins = q.get_main_module().instructions
+    adds = [i.op for i in ins if i.name == "add"]
+    transposes = [i.op for i in ins if i.name == "transpose"]
+    assert all(a is adds[0] for a in adds) and all(t is transposes[0] for t in transposes)
+    assert len(adds) == 4 and len(transposes) == 8
+    assert [list(i.shape.lens) for i in ins if i.name == "transpose"] == [[8, 2], [2, 8]] * 4
+    assert len({id(i.op) for i in ins if i.is_literal()}) == 4  # weights are never shared

@@ -15,7 +15,7 @@ import numpy as np
 from ..ir.dtypes import DType, from_numpy, to_numpy
 from ..ir.instruction import Instruction
 from ..ir.module import Module
-from ..ir.operation import OPS, Literal, ModuleOp, Op, make_op
+from ..ir.operation import OPS, Literal, ModuleOp, Op, make_op, op_shape_memo
 from ..ir.program import Program
 from ..ir.shape import Shape
 from ..timing import stage
@@ -150,7 +150,13 @@ def _module_order(specs: list[dict], path: PathLike) -> list[dict]:
     return order
 
 
-def _fill_module(prog: Program, m: Module, spec: dict, weights: list[np.ndarray], path: PathLike) -> None:
+def _fill_module(
+    prog: Program, m: Module, spec: dict, weights: list[np.ndarray], path: PathLike, made: dict | None = None
+) -> None:
+    """``made``: the ops (by name and attributes) and stored shapes already decoded, shared by every
+    module of one program (a transformer's layers and fused bodies repeat their records; ops and shapes
+    are immutable, so equal records may share one)."""
+    made = {} if made is None else made
     built: list[Instruction] = []
     for n, d in enumerate(spec["instructions"]):
         where = f"module {m.name!r} instruction @{n} ({d.get('op')})"
@@ -162,20 +168,27 @@ def _fill_module(prog: Program, m: Module, spec: dict, weights: list[np.ndarray]
                 )
             args = [built[i] for i in d["inputs"]]
             mods = [prog.modules[x] for x in d.get("mods", ())]
-            stored = Shape.from_dict(d["shape"])
             if name == Literal.name:
+                stored = Shape.from_dict(d["shape"])
                 arr = weights[d["w"]]
                 if arr.nbytes != stored.elements() * stored.type_size():
                     raise MxrError(path, f"corrupt program: {where}: weight size does not match {stored}")
                 op: Op = Literal(arr.view(stored.dtype).reshape(stored.lens))
-            elif name in OPS:
-                op = make_op(name, **_decode_value(d.get("attrs", {})))
-            else:
+            elif name not in OPS:
                 raise MxrError(path, f"{where}: unknown operator (written by a newer or extended build?)")
+            else:
+                key = (name, repr(d.get("attrs")))
+                op = made.get(key)  # type: ignore[assignment]
+                if op is None:
+                    op = made[key] = make_op(name, **_decode_value(d.get("attrs", {})))
+                skey = repr(d["shape"])
+                stored = made.get(skey)  # type: ignore[assignment]
+                if stored is None:
+                    stored = made[skey] = Shape.from_dict(d["shape"])
             shape = (
                 op.compute_shape_with_modules([a.shape for a in args], mods)
                 if isinstance(op, ModuleOp)
-                else op.compute_shape([a.shape for a in args])
+                else op_shape_memo(op, [a.shape for a in args])
             )
         except MxrError:
             raise
@@ -206,8 +219,9 @@ def decode_program(
     prog = Program()
     prog.modules = {name: Module(name) for name in names}
     with stage("mxr decode"):
+        made: dict = {}
         for s in _module_order(specs, path):
-            _fill_module(prog, prog.modules[s["name"]], s, weights, path)
+            _fill_module(prog, prog.modules[s["name"]], s, weights, path, made)
     if target is not None:
         # Program has no public setter for a restored executable; this module is its serialiser.
         prog._exe = _restore_executable(prog, target, compiled, path)
