@@ -38,12 +38,15 @@ class FakeBlock:
 
 class FakeDevice:
     def __init__(self) -> None:
-        self.uploads: list[int] = []
+        self.uploads: list[int] = []  # the bytes of each copy
+        self.calls = 0  # upload calls: one per program with new weights
 
-    def upload(self, block: FakeBlock, offset: int, host: np.ndarray) -> None:
-        assert offset + host.nbytes <= block.nbytes
-        block.data[offset : offset + host.nbytes] = host
-        self.uploads.append(host.nbytes)
+    def upload(self, block: FakeBlock, copies: list[tuple[int, np.ndarray]]) -> None:
+        self.calls += 1
+        for offset, host in copies:
+            assert offset + host.nbytes <= block.nbytes
+            block.data[offset : offset + host.nbytes] = host
+            self.uploads.append(host.nbytes)
 
     def pool(self) -> DeviceWeights:
         return DeviceWeights(FakeBlock, self.upload)
@@ -110,6 +113,7 @@ def test_large_weights_are_copied_from_their_own_arrays_small_ones_packed():
     sts = weights(big, A, big2, B)
     placed = dev.pool().place(sts)
     assert sorted(dev.uploads) == sorted([big.nbytes, big2.nbytes, 1280 + 14])  # A, B packed: end of B
+    assert dev.calls == 1  # one call (one stream) for the program's copies
     for st in sts:
         assert np.array_equal(read(placed, placed.blocks, st), np.asarray(st.value))
     assert placed.uploaded == 1280 + 256 + W.align(big.nbytes) + big2.nbytes

@@ -28,7 +28,8 @@ import numpy as np
 from .memory import Storage, align
 
 Alloc = Callable[[int], Any]  # nbytes -> a device block with ``ptr`` (freed when dropped)
-Upload = Callable[[Any, int, np.ndarray], None]  # (block, offset, host bytes) -> copied there, landed
+# (block, [(offset, host bytes), ...]) -> each copied to block + offset, all landed on return
+Upload = Callable[[Any, list[tuple[int, np.ndarray]]], None]
 # A weight this large is copied to the device from its own array; smaller ones are packed into one host
 # buffer first, so a program of many small weights still makes one transfer. Packing BERT-base's 220 MB
 # (zeroing a buffer that size, then copying every weight into it) took longer than the upload.
@@ -51,10 +52,10 @@ def _cuda_alloc(nbytes: int) -> Any:
     return cuda.alloc(nbytes)
 
 
-def _cuda_upload(device_id: int, block: Any, offset: int, host: np.ndarray) -> None:
-    """Through the shell's pinned staging where it applies (``csrc/host_staging.h``: a large pageable
-    array, several host threads filling pinned buffers while the previous one's DMA runs), else the
-    driver's copy."""
+def _cuda_upload(device_id: int, block: Any, copies: list[tuple[int, np.ndarray]]) -> None:
+    """Each copy through the shell's pinned staging where it applies (``csrc/host_staging.h``: a large
+    pageable array, several host threads filling pinned buffers while the previous one's DMA runs), else
+    the driver's copy; one stream for them all."""
     from . import cuda
 
     stream = cuda.Stream()
@@ -62,11 +63,13 @@ def _cuda_upload(device_id: int, block: Any, offset: int, host: np.ndarray) -> N
         from ... import _C
 
         copy = _C.copy_to_device
-    except (ImportError, AttributeError):  # the extension is not built: the driver's copy
-        cuda.memcpy_htod(block.ptr + offset, host, stream)
+    except (ImportError, AttributeError):  # the extension is not built: the driver's copies
+        for offset, host in copies:
+            cuda.memcpy_htod(block.ptr + offset, host, stream)
         stream.sync()
         return
-    copy(block.ptr + offset, host, device_id, stream.handle)
+    for offset, host in copies:  # each returns with its bytes landed
+        copy(block.ptr + offset, host, device_id, stream.handle)
 
 
 class DeviceWeights:
@@ -114,17 +117,18 @@ class DeviceWeights:
                 late.append((st, offset))
             if todo:
                 block = self._alloc(total)
-                packed = [(offset, host) for offset, host, _ in todo if host.nbytes < _DIRECT]
+                raw = [
+                    (offset, np.ascontiguousarray(host).reshape(-1).view(np.uint8))
+                    for offset, host, _ in todo
+                ]
+                copies = [(offset, r) for offset, r in raw if r.nbytes >= _DIRECT]
+                packed = [(offset, r) for offset, r in raw if r.nbytes < _DIRECT]
                 if packed:  # the small ones in one transfer: they lie first, in [0, end of the last)
-                    end = packed[-1][0] + packed[-1][1].nbytes
-                    staging = np.zeros(end, np.uint8)
-                    for offset, host in packed:
-                        raw = np.ascontiguousarray(host).reshape(-1).view(np.uint8)
-                        staging[offset : offset + raw.size] = raw
-                    self._upload(block, 0, staging)
-                for offset, host, _ in todo:
-                    if host.nbytes >= _DIRECT:
-                        self._upload(block, offset, np.ascontiguousarray(host).reshape(-1).view(np.uint8))
+                    staging = np.zeros(packed[-1][0] + packed[-1][1].nbytes, np.uint8)
+                    for offset, r in packed:
+                        staging[offset : offset + r.size] = r
+                    copies.insert(0, (0, staging))
+                self._upload(block, copies)
                 ref = weakref.ref(block)
                 for offset, host, key in todo:
                     if key is not None:
