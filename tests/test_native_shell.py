@@ -132,3 +132,14 @@ def test_context_switches_are_validated(monkeypatch, name, switch, default):
         monkeypatch.setenv(name, bad)
         with pytest.raises(ValueError, match=name):
             read()
+
+
+def test_copy_to_device_refuses_what_it_cannot_copy():
+    """``_C.copy_to_device`` (the gpu target's weight upload) takes only a contiguous buffer, and says why
+    when there is no driver; it never reads past a strided view."""
+    strided = np.zeros((4, 4), np.float32)[:, 1]
+    with pytest.raises(ValueError, match="not a contiguous buffer"):
+        _C.copy_to_device(0, strided, 0, 0)
+    if _C.cuda_driver_status():  # no GPU here: the reason, by name
+        with pytest.raises(RuntimeError, match="no CUDA driver"):
+            _C.copy_to_device(0, np.zeros(4, np.float32), 0, 0)
