@@ -8,13 +8,12 @@ textbook formula wherever that one does not overflow.
 
 from __future__ import annotations
 
-import dataclasses
 from typing import ClassVar
 
 import numpy as np
 
 from ..ir.dtypes import FLOAT_TYPES
-from ..ir.operation import register_op
+from ..ir.operation import op_class, register_op
 from ..ir.shape import Shape
 from .base import UnaryOp, unary
 from .pointwise import NARROW_FLOATS, erf, f32
@@ -68,7 +67,7 @@ unary(
 )
 
 
-@dataclasses.dataclass(frozen=True)
+@op_class
 class AttrUnaryOp(UnaryOp):
     """A unary op whose formula reads attributes: subclasses define ``apply(self, x)``."""
 
@@ -86,7 +85,7 @@ class AttrUnaryOp(UnaryOp):
 
 
 @register_op
-@dataclasses.dataclass(frozen=True)
+@op_class
 class LeakyRelu(AttrUnaryOp):
     name: ClassVar[str] = "leaky_relu"
     cpp: ClassVar[str] = "({0} >= 0 ? {0} : {alpha} * {0})"
@@ -97,7 +96,7 @@ class LeakyRelu(AttrUnaryOp):
 
 
 @register_op
-@dataclasses.dataclass(frozen=True)
+@op_class
 class Elu(AttrUnaryOp):
     name: ClassVar[str] = "elu"
     cpp: ClassVar[str] = "({0} >= 0 ? {0} : {alpha} * expm1({0}))"
@@ -108,7 +107,7 @@ class Elu(AttrUnaryOp):
 
 
 @register_op
-@dataclasses.dataclass(frozen=True)
+@op_class
 class Selu(AttrUnaryOp):
     name: ClassVar[str] = "selu"
     cpp: ClassVar[str] = "({0} > 0 ? {gamma} * {0} : {gamma} * ({alpha} * expm1({0})))"
@@ -120,7 +119,7 @@ class Selu(AttrUnaryOp):
 
 
 @register_op
-@dataclasses.dataclass(frozen=True)
+@op_class
 class Celu(AttrUnaryOp):
     name: ClassVar[str] = "celu"
     cpp: ClassVar[str] = "(mx_max({0}, ({C})0) + mx_min(({C})0, {alpha} * expm1({0} / {alpha})))"
@@ -132,7 +131,7 @@ class Celu(AttrUnaryOp):
 
 
 @register_op
-@dataclasses.dataclass(frozen=True)
+@op_class
 class ThresholdedRelu(AttrUnaryOp):
     name: ClassVar[str] = "thresholded_relu"
     cpp: ClassVar[str] = "({0} > {alpha} ? {0} : ({C})0)"
@@ -143,7 +142,7 @@ class ThresholdedRelu(AttrUnaryOp):
 
 
 @register_op
-@dataclasses.dataclass(frozen=True)
+@op_class
 class HardSigmoid(AttrUnaryOp):
     name: ClassVar[str] = "hard_sigmoid"
     # mx_mul_rn: no fused multiply-add, so the device rounds twice as numpy does
@@ -156,7 +155,7 @@ class HardSigmoid(AttrUnaryOp):
 
 
 @register_op
-@dataclasses.dataclass(frozen=True)
+@op_class
 class Shrink(AttrUnaryOp):
     name: ClassVar[str] = "shrink"
     cpp: ClassVar[str] = "({0} < {neg_lambd} ? {0} + {bias} : ({0} > {lambd} ? {0} - {bias} : ({C})0))"
@@ -173,7 +172,7 @@ class Shrink(AttrUnaryOp):
 
 
 @register_op
-@dataclasses.dataclass(frozen=True)
+@op_class
 class QuickGelu(AttrUnaryOp):
     """com.microsoft QuickGelu: ``x * sigmoid(alpha * x)``."""
 

@@ -8,13 +8,12 @@ head split/merge with reshape/transpose views around ``attention``.
 
 from __future__ import annotations
 
-import dataclasses
 from typing import ClassVar
 
 import numpy as np
 
 from ..ir.dtypes import DType, to_numpy
-from ..ir.operation import Op, register_op
+from ..ir.operation import Op, op_class, register_op
 from ..ir.shape import Shape, ShapeError, check_shapes
 from .nn import matmul
 
@@ -35,7 +34,7 @@ def _mask_bias(allowed: np.ndarray, dtype: np.dtype) -> np.ndarray:
 
 
 @register_op
-@dataclasses.dataclass(frozen=True)
+@op_class
 class Attention(Op):
     """Inputs: Q (B,Hq,S,D), K (B,Hkv,L,D), V (B,Hkv,L,Dv), then the optional inputs flagged by
     ``has_mask``, ``has_past`` (past_key, past_value), ``has_nonpad`` (nonpad_kv_seqlen), in order.
@@ -156,7 +155,7 @@ class Attention(Op):
 
 
 @register_op
-@dataclasses.dataclass(frozen=True)
+@op_class
 class RotaryEmbedding(Op):
     """ONNX RotaryEmbedding on (B, S, H, D) input (the parser transposes 4-D BHSD and splits 3-D).
 

@@ -11,7 +11,6 @@ and the tests compile and run every op's expression against ``fn`` (tests/gpu/te
 
 from __future__ import annotations
 
-import dataclasses
 import sys
 from collections.abc import Callable
 from typing import ClassVar
@@ -19,7 +18,7 @@ from typing import ClassVar
 import numpy as np
 
 from ..ir.dtypes import FLOAT_TYPES, INT_TYPES, DType
-from ..ir.operation import Op, register_op
+from ..ir.operation import Op, op_class, register_op
 from ..ir.shape import Shape, check_shapes, follow_channels_last
 
 NUMERIC_TYPES = FLOAT_TYPES | INT_TYPES
@@ -33,7 +32,7 @@ def elementwise_shape(inputs: list[Shape], t: DType | None = None, first: int = 
     return follow_channels_last(inputs[first].with_lens(inputs[first].lens, t), inputs)
 
 
-@dataclasses.dataclass(frozen=True)
+@op_class
 class UnaryOp(Op):
     """Elementwise f(x): ``fn`` is the numpy meaning, ``cpp`` the device meaning (module doc)."""
 
@@ -51,7 +50,7 @@ class UnaryOp(Op):
             return np.asarray(type(self).fn(args[0])).astype(out.dtype, copy=False)
 
 
-@dataclasses.dataclass(frozen=True)
+@op_class
 class BinaryOp(Op):
     """Elementwise f(a, b) on equal dims (the frontend inserts ``multibroadcast`` first)."""
 
@@ -81,7 +80,7 @@ def _define(family: type, name: str, fn: Callable, cpp: str, types, result_type:
         "result_type": result_type,
     }
     cls = type(name.title().replace("_", ""), (family,), body)
-    return register_op(dataclasses.dataclass(frozen=True)(cls))
+    return register_op(op_class(cls))
 
 
 def unary(

@@ -8,14 +8,13 @@ Every op returns a tuple; the frontend takes its elements with ``get_tuple_elem`
 
 from __future__ import annotations
 
-import dataclasses
 from typing import ClassVar
 
 import numpy as np
 
 from ..ir.dtypes import DType
 from ..ir.module import Module
-from ..ir.operation import ModuleOp, RunModule, register_op
+from ..ir.operation import ModuleOp, RunModule, op_class, register_op
 from ..ir.shape import Shape, ShapeError
 
 
@@ -40,7 +39,7 @@ def _as_param(value: object, shape: Shape) -> np.ndarray:
 
 
 @register_op
-@dataclasses.dataclass(frozen=True)
+@op_class
 class If(ModuleOp):
     """Inputs: cond, then the then-branch's parameter feeds, then the else-branch's."""
 
@@ -69,7 +68,7 @@ class If(ModuleOp):
 
 
 @register_op
-@dataclasses.dataclass(frozen=True)
+@op_class
 class Loop(ModuleOp):
     """ONNX Loop. Inputs: trip count (int64), cond (bool), ``num_carried`` initial values, outer feeds.
 
@@ -137,7 +136,7 @@ class Loop(ModuleOp):
 
 
 @register_op
-@dataclasses.dataclass(frozen=True)
+@op_class
 class Scan(ModuleOp):
     """ONNX Scan (opset 9+). Inputs: ``num_state`` initial states, the scan inputs, outer feeds."""
 

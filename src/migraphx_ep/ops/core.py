@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import dataclasses
 from typing import ClassVar
 
 import numpy as np
 
 from ..ir.dtypes import DType
-from ..ir.operation import Op, register_op
+from ..ir.operation import Op, op_class, register_op
 from ..ir.shape import Shape, ShapeError, check_shapes
 from .base import elementwise_shape
 
@@ -31,7 +30,7 @@ def broadcast_lens(*all_lens: tuple[int, ...]) -> tuple[int, ...]:
 
 
 @register_op
-@dataclasses.dataclass(frozen=True)
+@op_class
 class Multibroadcast(Op):
     """View the input at ``out_lens`` with zero strides on broadcast axes (numpy rules)."""
 
@@ -58,7 +57,7 @@ class Multibroadcast(Op):
 
 
 @register_op
-@dataclasses.dataclass(frozen=True)
+@op_class
 class Contiguous(Op):
     """Copy a view into a standard (packed, row-major) layout."""
 
@@ -74,7 +73,7 @@ class Contiguous(Op):
 
 
 @register_op
-@dataclasses.dataclass(frozen=True)
+@op_class
 class Layout(Op):
     """Copy a value into the packed layout whose memory order is ``permutation`` (outermost dim first);
     its dims and elements are unchanged (MIGraphX ``layout``). The gpu target's layout pass puts the
@@ -95,7 +94,7 @@ class Layout(Op):
 
 
 @register_op
-@dataclasses.dataclass(frozen=True)
+@op_class
 class DimensionsOf(Op):
     """The dims ``[start, end)`` of its input *as it arrives at run time*, as int64 (MIGraphX
     ``dimensions_of``). The ONNX ``Shape`` of an input with run-time axes (ep/runtime_dims.py) becomes
@@ -116,7 +115,7 @@ class DimensionsOf(Op):
 
 
 @register_op
-@dataclasses.dataclass(frozen=True)
+@op_class
 class Convert(Op):
     """Element type conversion with ONNX Cast semantics (float→int truncates, NaN→int is 0...)."""
 
@@ -144,7 +143,7 @@ class Convert(Op):
 
 
 @register_op
-@dataclasses.dataclass(frozen=True)
+@op_class
 class GetTupleElem(Op):
     name: ClassVar[str] = "get_tuple_elem"
     index: int = 0

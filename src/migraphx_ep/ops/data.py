@@ -6,14 +6,13 @@ error (never a silent read or write of another element).
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Sequence
 from typing import ClassVar
 
 import numpy as np
 
 from ..ir.dtypes import DType
-from ..ir.operation import Op, register_op
+from ..ir.operation import Op, op_class, register_op
 from ..ir.shape import Shape, ShapeError, check_shapes, follow_channels_last
 
 INDEX_TYPES = frozenset({DType.int32_type, DType.int64_type})
@@ -36,7 +35,7 @@ def normalize_indices(idx: np.ndarray, dim: int | np.ndarray, op: str) -> np.nda
 
 
 @register_op
-@dataclasses.dataclass(frozen=True)
+@op_class
 class Concat(Op):
     name: ClassVar[str] = "concat"
     axis: int = 0
@@ -57,7 +56,7 @@ class Concat(Op):
 
 
 @register_op
-@dataclasses.dataclass(frozen=True)
+@op_class
 class Gather(Op):
     name: ClassVar[str] = "gather"
     axis: int = 0
@@ -76,7 +75,7 @@ class Gather(Op):
 
 
 @register_op
-@dataclasses.dataclass(frozen=True)
+@op_class
 class GatherElements(Op):
     name: ClassVar[str] = "gather_elements"
     axis: int = 0
@@ -117,7 +116,7 @@ def _nd_check(d: Shape, i: Shape, batch_dims: int, op: str) -> int:
 
 
 @register_op
-@dataclasses.dataclass(frozen=True)
+@op_class
 class Gathernd(Op):
     name: ClassVar[str] = "gathernd"
     batch_dims: int = 0
@@ -135,7 +134,7 @@ class Gathernd(Op):
         return flat[_nd_index(data.shape, idx, b, self.name)].reshape(out.lens)
 
 
-@dataclasses.dataclass(frozen=True)
+@op_class
 class _ScatterBase(Op):
     reduction: ClassVar[str] = "none"
 
@@ -150,7 +149,7 @@ class _ScatterBase(Op):
         return out
 
 
-@dataclasses.dataclass(frozen=True)
+@op_class
 class _ScatterElements(_ScatterBase):
     axis: int = 0
 
@@ -171,7 +170,7 @@ class _ScatterElements(_ScatterBase):
         return self._apply(data, tuple(full), upd)
 
 
-@dataclasses.dataclass(frozen=True)
+@op_class
 class _ScatterND(_ScatterBase):
     def compute_shape(self, inputs: list[Shape]) -> Shape:
         check_shapes(self.name, inputs).has(3)
@@ -191,7 +190,7 @@ class _ScatterND(_ScatterBase):
 for _red in REDUCTIONS:
     for _base, _prefix in ((_ScatterElements, "scatter"), (_ScatterND, "scatternd")):
         register_op(
-            dataclasses.dataclass(frozen=True)(
+            op_class(
                 type(
                     f"{_prefix.title()}{_red.title()}",
                     (_base,),
@@ -202,7 +201,7 @@ for _red in REDUCTIONS:
 
 
 @register_op
-@dataclasses.dataclass(frozen=True)
+@op_class
 class Pad(Op):
     """``pads`` = begins then ends per axis; negative pads crop (constant mode only)."""
 
@@ -246,7 +245,7 @@ class Pad(Op):
 
 
 @register_op
-@dataclasses.dataclass(frozen=True)
+@op_class
 class Reverse(Op):
     name: ClassVar[str] = "reverse"
     axes: tuple[int, ...] = ()
@@ -262,7 +261,7 @@ class Reverse(Op):
 
 
 @register_op
-@dataclasses.dataclass(frozen=True)
+@op_class
 class Topk(Op):
     """(values, int64 indices) of the k largest/smallest along ``axis``; ties keep the lower index first."""
 
@@ -297,7 +296,7 @@ class Topk(Op):
 
 
 @register_op
-@dataclasses.dataclass(frozen=True)
+@op_class
 class Onehot(Op):
     """Inputs: indices (any numeric; truncated to int) and values [off, on]; ``axis`` in the output."""
 
@@ -326,7 +325,7 @@ class Onehot(Op):
 
 
 @register_op
-@dataclasses.dataclass(frozen=True)
+@op_class
 class Trilu(Op):
     name: ClassVar[str] = "trilu"
     upper: bool = True
@@ -342,7 +341,7 @@ class Trilu(Op):
 
 
 @register_op
-@dataclasses.dataclass(frozen=True)
+@op_class
 class ReverseSequence(Op):
     """Reverse the first ``seq_lens[b]`` steps along ``time_axis`` for each batch ``b``."""
 

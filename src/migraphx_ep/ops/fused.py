@@ -9,13 +9,12 @@ need nothing else). The attributes only describe the chain for the kernel or lib
 
 from __future__ import annotations
 
-import dataclasses
 from typing import ClassVar
 
 import numpy as np
 
 from ..ir.module import Module
-from ..ir.operation import ModuleOp, RunModule, register_op
+from ..ir.operation import ModuleOp, RunModule, op_class, register_op
 from ..ir.shape import Shape, ShapeError, follow_channels_last
 
 
@@ -34,7 +33,7 @@ def body_output(name: str, inputs: list[Shape], body: Module, same_type: bool = 
     return outs[0]
 
 
-@dataclasses.dataclass(frozen=True)
+@op_class
 class FusedOp(ModuleOp):
     """A chain as one op: its inputs are the body's parameters in order, its output the body's one
     value, of the first input's type unless ``converts`` (the body may then widen its input and narrow
@@ -67,7 +66,7 @@ class FusedOp(ModuleOp):
 
 
 @register_op
-@dataclasses.dataclass(frozen=True)
+@op_class
 class FusedLayernorm(FusedOp):
     """Inputs: x, then gamma when ``scale``, then beta when ``bias`` (both in x's dims, broadcast over
     the dims before ``axis``). The body: (x - mean) / sqrt(var + ``epsilon``) over the dims from
@@ -85,7 +84,7 @@ class FusedLayernorm(FusedOp):
         return 1 + self.scale + self.bias
 
 
-@dataclasses.dataclass(frozen=True)
+@op_class
 class FusedEpilogue(FusedOp):
     """Inputs: the product's two operands, then the bias when ``bias`` (broadcast along the output
     channels), then the residual when ``residual`` (the output's dims, standard). The body: the product,
@@ -100,7 +99,7 @@ class FusedEpilogue(FusedOp):
 
 
 @register_op
-@dataclasses.dataclass(frozen=True)
+@op_class
 class FusedGemm(FusedEpilogue):
     """``dot`` with its epilogue: one cuBLASLt call (bias along the last dim)."""
 
@@ -108,7 +107,7 @@ class FusedGemm(FusedEpilogue):
 
 
 @register_op
-@dataclasses.dataclass(frozen=True)
+@op_class
 class FusedConv(FusedEpilogue):
     """``convolution`` with its epilogue: one cuDNN call, or one cuBLASLt GEMM for a 1x1 convolution on
     channels-last activations (bias along dim 1)."""
@@ -120,7 +119,7 @@ class FusedConv(FusedEpilogue):
 
 
 @register_op
-@dataclasses.dataclass(frozen=True)
+@op_class
 class FusedPointwise(FusedOp):
     """A chain of elementwise ops: one generated kernel. Inputs: the body's parameters, any number, any
     types (a compare's bool, a convert's source); one-element constants the chain reads are literals

@@ -9,11 +9,10 @@ chain for the kernel that replaces it (``kernels/attention.py``).
 
 from __future__ import annotations
 
-import dataclasses
 from typing import ClassVar
 
 from ..ir.module import Module
-from ..ir.operation import register_op
+from ..ir.operation import op_class, register_op
 from ..ir.shape import Shape, ShapeError
 from .fused import FusedOp, body_output
 
@@ -21,7 +20,7 @@ MASKS = ("none", "bias")
 
 
 @register_op
-@dataclasses.dataclass(frozen=True)
+@op_class
 class FusedAttention(FusedOp):
     """Inputs: Q (..., S, D), K^T (..., D, L) as the first product reads it, V (..., L, Dv), then the
     additive bias (..., S, L) when ``mask`` is ``"bias"``; batch dims (B, H) or (N,); any strides (the

@@ -21,14 +21,13 @@ to the input type first because ORT stores them (in present_key) before attendin
 
 from __future__ import annotations
 
-import dataclasses
 from typing import ClassVar
 
 import numpy as np
 
 from ..ir.dtypes import DType
 from ..ir.evaluate import AssumptionFailed
-from ..ir.operation import Op, register_op
+from ..ir.operation import Op, op_class, register_op
 from ..ir.shape import Shape, ShapeError, check_shapes
 from .attention import RotaryEmbedding
 
@@ -66,7 +65,7 @@ def softmax_rows(x: np.ndarray, extra_logit: np.ndarray | None) -> np.ndarray:
 
 
 @register_op
-@dataclasses.dataclass(frozen=True)
+@op_class
 class GroupQueryAttention(Op):
     """Inputs: q (B,S,Hq*D), k, v (B,S,Hkv*D), [past_key, past_value (B,Hkv,L,D)] if ``has_past``,
     seqlens_k (B,) int32, total_sequence_length (scalar) int32, [cos, sin (M, rd/2)] if ``rotary``,

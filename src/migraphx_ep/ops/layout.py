@@ -6,21 +6,20 @@ write elsewhere.
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from typing import ClassVar
 
 import numpy as np
 
 from ..ir.dtypes import DType
-from ..ir.operation import Op, register_op
+from ..ir.operation import Op, op_class, register_op
 from ..ir.shape import Shape, check_shapes
 from .base import ALL_TYPES, NUMERIC_TYPES
 from .pointwise import NARROW_FLOATS
 
 
 @register_op
-@dataclasses.dataclass(frozen=True)
+@op_class
 class Col2Im(Op):
     """ONNX Col2Im: (N, C*prod(block), L) column blocks summed back into an (N, C, *image) image.
 
@@ -91,7 +90,7 @@ class Col2Im(Op):
 
 
 @register_op
-@dataclasses.dataclass(frozen=True)
+@op_class
 class TensorScatter(Op):
     """ONNX TensorScatter: write ``update`` into a copy of ``past`` along ``axis`` from each batch's index.
 
@@ -138,7 +137,7 @@ class TensorScatter(Op):
 
 
 @register_op
-@dataclasses.dataclass(frozen=True)
+@op_class
 class BitCast(Op):
     """ONNX BitCast: the same little-endian bytes read as ``target_type`` of the same width.
 

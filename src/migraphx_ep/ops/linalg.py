@@ -2,20 +2,19 @@
 
 from __future__ import annotations
 
-import dataclasses
 from typing import ClassVar
 
 import numpy as np
 
 from ..ir.dtypes import DType
-from ..ir.operation import Op, register_op
+from ..ir.operation import Op, op_class, register_op
 from ..ir.shape import Shape, ShapeError, check_shapes
 
 DET_TYPES = frozenset({DType.half_type, DType.bf16_type, DType.float_type, DType.double_type})
 
 
 @register_op
-@dataclasses.dataclass(frozen=True)
+@op_class
 class Det(Op):
     """ONNX Det: x (*, M, M) -> (*). LU with partial pivoting (LAPACK ``getrf``) as ORT's Eigen does.
 

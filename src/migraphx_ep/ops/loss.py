@@ -2,20 +2,19 @@
 
 from __future__ import annotations
 
-import dataclasses
 from typing import ClassVar
 
 import numpy as np
 
 from ..ir.dtypes import FLOAT_TYPES, DType
-from ..ir.operation import Op, register_op
+from ..ir.operation import Op, op_class, register_op
 from ..ir.shape import Shape, ShapeError, check_shapes
 
 REDUCTIONS = ("none", "sum", "mean")
 
 
 @register_op
-@dataclasses.dataclass(frozen=True)
+@op_class
 class NllLoss(Op):
     """ONNX NegativeLogLikelihoodLoss on log-probabilities x (N, C, d...) and int target (N, d...).
 

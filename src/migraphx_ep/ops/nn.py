@@ -6,14 +6,13 @@ the ref target in CI); the window extraction is a strided view, copied once by t
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from typing import ClassVar
 
 import numpy as np
 
 from ..ir.dtypes import FLOAT_TYPES, INT_TYPES, DType, from_numpy, is_float, strided_view
-from ..ir.operation import Op, register_op
+from ..ir.operation import Op, op_class, register_op
 from ..ir.shape import Shape, ShapeError, check_shapes, follow_channels_last
 from .base import NUMERIC_TYPES
 
@@ -106,7 +105,7 @@ def conv_output_lens(op: str, x: Shape, w: Shape, padding, stride, dilation, gro
 
 
 @register_op
-@dataclasses.dataclass(frozen=True)
+@op_class
 class Convolution(Op):
     """N-d grouped convolution; ``padding`` is [begin..., end...] per spatial axis (explicit)."""
 
@@ -134,7 +133,7 @@ class Convolution(Op):
 
 
 @register_op
-@dataclasses.dataclass(frozen=True)
+@op_class
 class ConvolutionBackwards(Op):
     """Transposed convolution (ONNX ConvTranspose without bias); weights are (C, M/group, *K).
 
@@ -211,7 +210,7 @@ def pool_output_len(
 
 
 @register_op
-@dataclasses.dataclass(frozen=True)
+@op_class
 class Pooling(Op):
     """N-d pooling over explicit pads. ``average`` divides by the in-input element count unless
     ``count_include_pad`` (then explicit pads count, the ceil_mode overhang never does); ``lpnorm``
@@ -288,7 +287,7 @@ class Pooling(Op):
 
 
 @register_op
-@dataclasses.dataclass(frozen=True)
+@op_class
 class Lrn(Op):
     """Local response normalisation across channels (ONNX LRN)."""
 
@@ -320,7 +319,7 @@ def matmul(a: np.ndarray, b: np.ndarray, out_dtype: np.dtype) -> np.ndarray:
 
 
 @register_op
-@dataclasses.dataclass(frozen=True)
+@op_class
 class Dot(Op):
     """Batched matrix product of rank >= 2 operands with equal batch dims (the parser broadcasts).
 
@@ -367,7 +366,7 @@ def einsum_lens(equation: str, all_lens: list[tuple[int, ...]]) -> tuple[int, ..
 
 
 @register_op
-@dataclasses.dataclass(frozen=True)
+@op_class
 class Einsum(Op):
     """numpy/ONNX einsum with an explicit (``->``) equation; no broadcasting between operands."""
 

@@ -6,17 +6,16 @@ narrow floats are evaluated in float32 and rounded once.
 
 from __future__ import annotations
 
-import dataclasses
 from typing import ClassVar
 
 import numpy as np
 
 from ..ir.dtypes import FLOAT_TYPES
-from ..ir.operation import Op, register_op
+from ..ir.operation import Op, op_class, register_op
 from ..ir.shape import Shape, ShapeError, check_shapes
 
 
-@dataclasses.dataclass(frozen=True)
+@op_class
 class SoftmaxBase(Op):
     axis: int = 1
 
@@ -43,7 +42,7 @@ class SoftmaxBase(Op):
 
 
 @register_op
-@dataclasses.dataclass(frozen=True)
+@op_class
 class Softmax(SoftmaxBase):
     name: ClassVar[str] = "softmax"
 
@@ -52,7 +51,7 @@ class Softmax(SoftmaxBase):
 
 
 @register_op
-@dataclasses.dataclass(frozen=True)
+@op_class
 class Logsoftmax(SoftmaxBase):
     name: ClassVar[str] = "logsoftmax"
 

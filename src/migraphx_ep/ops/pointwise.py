@@ -6,7 +6,6 @@ CPU kernels and numpy's own half loops do, so results match to the last bit in t
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from collections.abc import Callable
 from typing import ClassVar
@@ -14,7 +13,7 @@ from typing import ClassVar
 import numpy as np
 
 from ..ir.dtypes import FLOAT_TYPES, INT_TYPES, SIGNED_INT_TYPES, DType, to_numpy
-from ..ir.operation import Op, register_op
+from ..ir.operation import Op, op_class, register_op
 from ..ir.shape import Shape, check_shapes
 from .base import NUMERIC_TYPES, binary, elementwise_shape, unary
 
@@ -167,7 +166,7 @@ binary("less_or_equal", np.less_equal, "({0} <= {1})", result_type=DType.bool_ty
 
 # -- ternary ------------------------------------------------------------------------------------------
 @register_op
-@dataclasses.dataclass(frozen=True)
+@op_class
 class Where(Op):
     """``cond ? x : y`` on equal dims (the frontend broadcasts)."""
 
@@ -186,7 +185,7 @@ class Where(Op):
 
 
 @register_op
-@dataclasses.dataclass(frozen=True)
+@op_class
 class Clip(Op):
     """``min(max(x, lo), hi)`` on equal dims; NaN in x stays NaN; lo > hi gives hi (as ONNX says)."""
 

@@ -8,14 +8,13 @@ below 64 bits, which is what ORT's CPU kernels do for fp16/bf16.
 
 from __future__ import annotations
 
-import dataclasses
 from typing import ClassVar
 
 import ml_dtypes
 import numpy as np
 
 from ..ir.dtypes import FLOAT_TYPES, INT_TYPES, DType
-from ..ir.operation import Op, register_op
+from ..ir.operation import Op, op_class, register_op
 from ..ir.shape import Shape, ShapeError, check_shapes
 from .nn import Convolution, _pad_spatial, conv_forward, conv_output_lens, windows
 
@@ -37,7 +36,7 @@ def saturate_cast(x: np.ndarray, dtype: np.dtype, saturate: bool) -> np.ndarray:
 
 
 @register_op
-@dataclasses.dataclass(frozen=True)
+@op_class
 class Quantizelinear(Op):
     """y = saturate(round_half_even(x / scale) + zero_point); inputs x, scale[, zero_point]."""
 
@@ -77,7 +76,7 @@ class Quantizelinear(Op):
 
 
 @register_op
-@dataclasses.dataclass(frozen=True)
+@op_class
 class Dequantizelinear(Op):
     """y = (x - zero_point) * scale, in the scale's type; inputs x, scale[, zero_point]."""
 
@@ -104,7 +103,7 @@ class Dequantizelinear(Op):
 
 
 @register_op
-@dataclasses.dataclass(frozen=True)
+@op_class
 class Dynamicquantizelinear(Op):
     """ONNX DynamicQuantizeLinear: uint8 asymmetric quantisation with range from the data (and 0).
 
@@ -143,7 +142,7 @@ def quant_acc_type(t: DType) -> DType:
 
 
 @register_op
-@dataclasses.dataclass(frozen=True)
+@op_class
 class QuantDot(Op):
     """Batched matrix product of int8 (-> int32) or fp8 E4M3 (-> float32) operands of one type."""
 
@@ -162,7 +161,7 @@ class QuantDot(Op):
 
 
 @register_op
-@dataclasses.dataclass(frozen=True)
+@op_class
 class QuantConvolution(Convolution):
     """``convolution`` of int8 (-> int32) or fp8 E4M3 (-> float32) data and weights of one type."""
 
@@ -182,7 +181,7 @@ class QuantConvolution(Convolution):
 
 
 @register_op
-@dataclasses.dataclass(frozen=True)
+@op_class
 class Im2col(Op):
     """A convolution's windows as matrix rows (MIGraphX ``im2col``): row ``n * prod(O) + o`` holds the
     window of output pixel ``o`` of image ``n`` in (kernel..., channel) order, channels fastest (KRSC),

@@ -7,13 +7,12 @@ sums wrap in their own type, and an empty reduction gives the identity of the op
 
 from __future__ import annotations
 
-import dataclasses
 from typing import ClassVar
 
 import numpy as np
 
 from ..ir.dtypes import DType
-from ..ir.operation import Op, register_op
+from ..ir.operation import Op, op_class, register_op
 from ..ir.shape import Shape, ShapeError, check_shapes
 from .base import NUMERIC_TYPES
 from .pointwise import NARROW_FLOATS
@@ -36,7 +35,7 @@ def _acc_dtype(dt: np.dtype) -> np.dtype:
     return np.dtype(np.float32) if dt in NARROW_FLOATS else dt
 
 
-@dataclasses.dataclass(frozen=True)
+@op_class
 class ReduceOp(Op):
     """Reduce over ``axes`` keeping them as 1s; subclasses give ``reduce(x, axes)`` (keepdims=True)."""
 
@@ -61,7 +60,7 @@ class ReduceOp(Op):
 
 
 @register_op
-@dataclasses.dataclass(frozen=True)
+@op_class
 class ReduceSum(ReduceOp):
     name: ClassVar[str] = "reduce_sum"
 
@@ -70,7 +69,7 @@ class ReduceSum(ReduceOp):
 
 
 @register_op
-@dataclasses.dataclass(frozen=True)
+@op_class
 class ReduceMean(ReduceOp):
     name: ClassVar[str] = "reduce_mean"
 
@@ -85,7 +84,7 @@ class ReduceMean(ReduceOp):
 
 
 @register_op
-@dataclasses.dataclass(frozen=True)
+@op_class
 class ReduceProd(ReduceOp):
     name: ClassVar[str] = "reduce_prod"
 
@@ -116,7 +115,7 @@ def _skip_nan(ufunc: np.ufunc, x: np.ndarray, axes: tuple[int, ...], empty) -> n
 
 
 @register_op
-@dataclasses.dataclass(frozen=True)
+@op_class
 class ReduceMax(ReduceOp):
     """Max skipping NaN (see ``_skip_nan``); an empty reduction gives the lowest value (-inf for floats)."""
 
@@ -128,7 +127,7 @@ class ReduceMax(ReduceOp):
 
 
 @register_op
-@dataclasses.dataclass(frozen=True)
+@op_class
 class ReduceMin(ReduceOp):
     name: ClassVar[str] = "reduce_min"
     types: ClassVar[frozenset[DType]] = frozenset(_ORDERED)
@@ -141,7 +140,7 @@ def _acc(x: np.ndarray) -> np.ndarray:
     return x.astype(np.float32) if x.dtype in NARROW_FLOATS else x
 
 
-@dataclasses.dataclass(frozen=True)
+@op_class
 class ArgOp(Op):
     """Index (int64) of the max/min along ``axis``, kept as a length-1 axis; first or last on ties; NaN
     is skipped (``_skip_nan``)."""
@@ -170,18 +169,18 @@ class ArgOp(Op):
 
 
 @register_op
-@dataclasses.dataclass(frozen=True)
+@op_class
 class Argmax(ArgOp):
     name: ClassVar[str] = "argmax"
 
 
 @register_op
-@dataclasses.dataclass(frozen=True)
+@op_class
 class Argmin(ArgOp):
     name: ClassVar[str] = "argmin"
 
 
-@dataclasses.dataclass(frozen=True)
+@op_class
 class PrefixScanOp(Op):
     """Cumulative ``ufunc`` along ``axis`` (ONNX CumSum/CumProd), optionally exclusive and/or reversed.
 
@@ -218,14 +217,14 @@ class PrefixScanOp(Op):
 
 
 @register_op
-@dataclasses.dataclass(frozen=True)
+@op_class
 class PrefixScanSum(PrefixScanOp):
     name: ClassVar[str] = "prefix_scan_sum"
     ufunc: ClassVar[np.ufunc] = np.add
 
 
 @register_op
-@dataclasses.dataclass(frozen=True)
+@op_class
 class PrefixScanProd(PrefixScanOp):
     name: ClassVar[str] = "prefix_scan_prod"
     ufunc: ClassVar[np.ufunc] = np.multiply

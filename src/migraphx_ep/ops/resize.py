@@ -7,14 +7,13 @@ into per-axis ``scales`` and the output dims, so this op only maps coordinates a
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from typing import ClassVar
 
 import numpy as np
 
 from ..ir.dtypes import FLOAT_TYPES
-from ..ir.operation import Op, register_op
+from ..ir.operation import Op, op_class, register_op
 from ..ir.shape import Shape, ShapeError, check_shapes
 
 COORD_MODES = (
@@ -61,7 +60,7 @@ def _cubic(x: np.ndarray, a: float) -> np.ndarray:
 
 
 @register_op
-@dataclasses.dataclass(frozen=True)
+@op_class
 class Resize(Op):
     name: ClassVar[str] = "resize"
     out_lens: tuple[int, ...] = ()

@@ -10,14 +10,13 @@ Arithmetic is float32 (float64 for double), like ORT's CPU kernels.
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable
 from typing import ClassVar
 
 import numpy as np
 
 from ..ir.dtypes import DType
-from ..ir.operation import Op, register_op
+from ..ir.operation import Op, op_class, register_op
 from ..ir.shape import Shape, ShapeError, check_shapes
 
 
@@ -37,7 +36,7 @@ RNN_TYPES = frozenset({DType.float_type, DType.half_type, DType.double_type})
 GATES = {"rnn": 1, "gru": 3, "lstm": 4}
 
 
-@dataclasses.dataclass(frozen=True)
+@op_class
 class _Recurrent(Op):
     hidden_size: int = 0
     direction: str = "forward"  # forward | reverse | bidirectional
@@ -116,7 +115,7 @@ class _Recurrent(Op):
 
 
 @register_op
-@dataclasses.dataclass(frozen=True)
+@op_class
 class Rnn(_Recurrent):
     name: ClassVar[str] = "rnn"
 
@@ -125,7 +124,7 @@ class Rnn(_Recurrent):
 
 
 @register_op
-@dataclasses.dataclass(frozen=True)
+@op_class
 class Gru(_Recurrent):
     """Gates z, r, h; ``linear_before_reset`` applies r after the recurrent product (cuDNN style)."""
 
@@ -146,7 +145,7 @@ class Gru(_Recurrent):
 
 
 @register_op
-@dataclasses.dataclass(frozen=True)
+@op_class
 class Lstm(_Recurrent):
     """Gates i, o, f, c with peepholes P = [Pi, Po, Pf]; ``input_forget`` couples f = 1 - i."""
 

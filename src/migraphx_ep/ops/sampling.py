@@ -7,14 +7,13 @@ corner, so results agree to rounding.
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from typing import ClassVar
 
 import numpy as np
 
 from ..ir.dtypes import DType
-from ..ir.operation import Op, register_op
+from ..ir.operation import Op, op_class, register_op
 from ..ir.shape import Shape, ShapeError, check_shapes
 from .base import NUMERIC_TYPES
 from .nn import Pooling, _pad_spatial, windows
@@ -27,7 +26,7 @@ def work_dtype(t: np.dtype) -> type:
 
 
 @register_op
-@dataclasses.dataclass(frozen=True)
+@op_class
 class PoolingIndices(Op):
     """The int64 Indices output of ONNX MaxPool: flat positions in the whole input (N, C included) of
     each window's first maximum; spatial dims flatten row-major, or column-major with
@@ -80,7 +79,7 @@ class PoolingIndices(Op):
 
 
 @register_op
-@dataclasses.dataclass(frozen=True)
+@op_class
 class MaxUnpool(Op):
     """ONNX MaxUnpool: zeros of ``out_lens`` with y.flat[I] = X (I indexes the whole output)."""
 
@@ -133,7 +132,7 @@ GRID_PADDING = ("zeros", "border", "reflection")
 
 
 @register_op
-@dataclasses.dataclass(frozen=True)
+@op_class
 class GridSample(Op):
     """ONNX GridSample (opset 20 names): X (N, C, *D) sampled at grid (N, *O, k), k = len(D), whose
     last axis lists coordinates innermost-dimension first, normalised to [-1, 1]."""
@@ -238,7 +237,7 @@ def _bilinear_taps(y: np.floating, x: np.floating, h: int, w: int) -> list[tuple
 
 
 @register_op
-@dataclasses.dataclass(frozen=True)
+@op_class
 class RoiAlign(Op):
     """ONNX RoiAlign on X (N, C, H, W), rois (R, 4) [x1, y1, x2, y2], batch_indices (R,).
 
@@ -312,7 +311,7 @@ class RoiAlign(Op):
 
 
 @register_op
-@dataclasses.dataclass(frozen=True)
+@op_class
 class MaxRoiPool(Op):
     """ONNX MaxRoiPool (Caffe): rois (R, 5) [batch, x1, y1, x2, y2] scaled and rounded half away from
     zero, each split into ``pooled_shape`` bins of floor/ceil bounds; an empty bin gives 0."""

@@ -8,13 +8,12 @@ matrix are computed in float64 and rounded once.
 
 from __future__ import annotations
 
-import dataclasses
 from typing import ClassVar
 
 import numpy as np
 
 from ..ir.dtypes import DType
-from ..ir.operation import Op, register_op
+from ..ir.operation import Op, op_class, register_op
 from ..ir.shape import Shape, ShapeError, check_shapes
 
 SIGNAL_TYPES = frozenset({DType.half_type, DType.float_type, DType.double_type, DType.bf16_type})
@@ -22,7 +21,7 @@ WINDOWS = ("hann", "hamming", "blackman")
 
 
 @register_op
-@dataclasses.dataclass(frozen=True)
+@op_class
 class Window(Op):
     """A window of ``size`` points: hann, hamming (alpha 25/46) or blackman, periodic or symmetric."""
 
@@ -60,7 +59,7 @@ class Window(Op):
 
 
 @register_op
-@dataclasses.dataclass(frozen=True)
+@op_class
 class MelWeightMatrix(Op):
     """ONNX MelWeightMatrix: (dft_length//2 + 1, num_mel_bins) triangular filters (ORT's bin rounding)."""
 
@@ -128,7 +127,7 @@ def dft_out_len(n: int, length: int, inverse: bool, onesided: bool) -> tuple[int
 
 
 @register_op
-@dataclasses.dataclass(frozen=True)
+@op_class
 class Dft(Op):
     """ONNX DFT along ``axis`` (never the trailing complex dim) with ``length`` points (0: the axis size).
 
@@ -167,7 +166,7 @@ class Dft(Op):
 
 
 @register_op
-@dataclasses.dataclass(frozen=True)
+@op_class
 class Stft(Op):
     """ONNX STFT of signal (B, L, 1|2) with optional window (frame_length,): (B, frames, bins, 2).
 

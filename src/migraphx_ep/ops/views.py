@@ -7,14 +7,13 @@ Slice offsets are not part of ``Shape``: a target applies them to the buffer poi
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from collections.abc import Sequence
 from typing import ClassVar
 
 import numpy as np
 
-from ..ir.operation import Op, register_op
+from ..ir.operation import Op, op_class, register_op
 from ..ir.shape import Shape, ShapeError, check_shapes
 
 
@@ -35,7 +34,7 @@ class _View(Op):
 
 
 @register_op
-@dataclasses.dataclass(frozen=True)
+@op_class
 class Transpose(_View):
     name: ClassVar[str] = "transpose"
     permutation: tuple[int, ...] = ()
@@ -52,7 +51,7 @@ class Transpose(_View):
 
 
 @register_op
-@dataclasses.dataclass(frozen=True)
+@op_class
 class Reshape(Op):
     """``dims`` may hold one -1 (inferred); 0 is a literal zero here (the parser resolves ONNX's copy-0)."""
 
@@ -84,7 +83,7 @@ class Reshape(Op):
 
 
 @register_op
-@dataclasses.dataclass(frozen=True)
+@op_class
 class Flatten(Op):
     name: ClassVar[str] = "flatten"
     axis: int = 1
@@ -105,7 +104,7 @@ class Flatten(Op):
 
 
 @register_op
-@dataclasses.dataclass(frozen=True)
+@op_class
 class Squeeze(_View):
     """Drop ``axes`` (all size-1 axes when empty); each named axis must have size 1."""
 
@@ -130,7 +129,7 @@ class Squeeze(_View):
 
 
 @register_op
-@dataclasses.dataclass(frozen=True)
+@op_class
 class Unsqueeze(_View):
     """Insert size-1 ``axes`` (positions in the output, negatives counted from the output rank)."""
 
@@ -172,7 +171,7 @@ def slice_bounds(start: int, end: int, dim: int) -> tuple[int, int]:
 
 
 @register_op
-@dataclasses.dataclass(frozen=True)
+@op_class
 class Slice(_View):
     """Step-1 slice of ``axes`` with ONNX clamping (use ``step``/``reverse`` for other steps)."""
 
@@ -200,7 +199,7 @@ class Slice(_View):
 
 
 @register_op
-@dataclasses.dataclass(frozen=True)
+@op_class
 class Step(_View):
     """Every ``steps[i]``-th element along ``axes[i]`` starting at 0 (positive steps)."""
 
@@ -227,7 +226,7 @@ class Step(_View):
 
 
 @register_op
-@dataclasses.dataclass(frozen=True)
+@op_class
 class Broadcast(_View):
     """View the input at ``out_lens``, its dims aligned starting at ``axis`` (MIGraphX ``broadcast``)."""
 
