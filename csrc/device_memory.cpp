@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <thread>
 
 #include "host_staging.h"
 #include "run_trace.h"
@@ -53,6 +54,7 @@ GpuDevices::GpuDevices() noexcept {
   }
   count_ = n;
   contexts_.assign(static_cast<size_t>(n), nullptr);
+  warming_.assign(static_cast<size_t>(n), false);
   infos_.assign(static_cast<size_t>(n), nullptr);
 }
 
@@ -80,6 +82,25 @@ void GpuDevices::make_current(int ordinal) {
     }
   }
   cuda_->check(cuda_->ctx_set_current(ctx), "cuCtxSetCurrent");
+}
+
+void GpuDevices::retain_in_background(int ordinal) noexcept {
+  if (ordinal < 0 || ordinal >= count_) return;
+  {
+    std::lock_guard<std::mutex> g(mutex_);
+    if (warming_[static_cast<size_t>(ordinal)] || contexts_[static_cast<size_t>(ordinal)] != nullptr) return;
+    warming_[static_cast<size_t>(ordinal)] = true;
+  }
+  try {
+    // Detached: the process may end first, and the object it uses is never destroyed.
+    std::thread([this, ordinal] {
+      try {
+        make_current(ordinal);
+      } catch (...) {  // NOLINT(bugprone-empty-catch) - reported by the next make_current
+      }
+    }).detach();
+  } catch (...) {  // NOLINT(bugprone-empty-catch) - no thread: the context is made when first needed
+  }
 }
 
 CuHandle GpuDevices::transfer_stream(int ordinal) {

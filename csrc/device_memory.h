@@ -31,6 +31,10 @@ class GpuDevices {
   const CudaDriver& cuda() const noexcept { return *cuda_; }
   // Makes the primary context of `ordinal` current on this thread (retained on first use).
   void make_current(int ordinal);
+  // Retains `ordinal`'s primary context on a thread of its own, once per process; does nothing for an
+  // ordinal that does not exist (whoever uses it reports that) and ignores the driver's errors (the
+  // next make_current meets them again and reports them).
+  void retain_in_background(int ordinal) noexcept;
   // Our DEFAULT memory info for `ordinal`, alive as long as the process (ORT keeps the pointer).
   const OrtMemoryInfo* memory_info(int ordinal);
   // The stream ORT's copies (our data transfer) go on, on `ordinal`'s primary context, made current.
@@ -43,6 +47,7 @@ class GpuDevices {
   std::string why_not_;
   std::mutex mutex_;
   std::vector<CuHandle> contexts_;
+  std::vector<bool> warming_;
   std::vector<CuHandle> transfer_streams_;
   std::vector<OrtMemoryInfo*> infos_;
 };

@@ -2,13 +2,16 @@
 
 #include <pybind11/stl.h>
 
+#include <cctype>
 #include <climits>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "compute.h"
+#include "device_memory.h"
 #include "factory.h"
 #include "graph_marshal.h"
 
@@ -18,6 +21,32 @@ namespace mgx {
 namespace {
 
 py::module_ bridge() { return py::module_::import("migraphx_ep.ep.bridge"); }
+
+std::string lowered(std::string s) {
+  for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return s;
+}
+
+}  // namespace
+
+int early_context_ordinal(const std::map<std::string, std::string>& options) noexcept try {
+  const char* prewarm = std::getenv("MIGRAPHX_EP_PREWARM");
+  if (prewarm != nullptr && std::strcmp(prewarm, "0") == 0) return -1;
+  const char* env_target = std::getenv("ORT_MIGRAPHX_TARGET");
+  auto opt = options.find("migraphx_target");
+  const std::string target = env_target != nullptr ? env_target : (opt != options.end() ? opt->second : "");
+  if (lowered(target).find("ref") != std::string::npos) return -1;
+  auto dev = options.find("device_id");
+  if (dev == options.end()) return 0;
+  char* end = nullptr;
+  const long v = std::strtol(dev->second.c_str(), &end, 10);
+  if (end == dev->second.c_str() || *end != '\0' || v < 0 || v > INT_MAX) return -1;
+  return static_cast<int>(v);
+} catch (...) {
+  return -1;
+}
+
+namespace {
 
 // Python's groups of node indices -> EpGraphSupportInfo_AddNodesToFuse, one fused node per group.
 void add_groups(const MarshalledGraph& g, py::handle groups, OrtEpGraphSupportInfo* support) {
@@ -256,6 +285,8 @@ AllocatorSettings allocator_settings(const py::object& obj) {
 OrtStatus* create_ep(const std::map<std::string, std::string>& options,
                      const std::map<std::string, std::string>& session, const OrtLogger& logger,
                      OrtEp** out) noexcept {
+  const int ordinal = early_context_ordinal(options);
+  if (ordinal >= 0) GpuDevices::get().retain_in_background(ordinal);
   return guarded("CreateEp", [&] {
     py::object py_ep = bridge().attr("create_ep")(options, session);  // std::map -> dict (pybind11/stl.h)
     auto enable = session.find("ep.context_enable");

@@ -11,6 +11,15 @@
 
 namespace mgx {
 
+// Before its first Python call, a process's create_ep imports the compiler (0.1-0.3 s), and only then
+// does the Python prewarm thread retain the GPU's primary context (~0.1 s) that the first compile or
+// .mxr load waits for: an EPContext model's session spent that wait in its `device setup` stage. So
+// create_ep first retains the context natively, on a thread of its own, overlapping the two. This is
+// the device it retains: -1 (none) where the gpu target cannot be chosen (migraphx_target or
+// ORT_MIGRAPHX_TARGET says ref), with MIGRAPHX_EP_PREWARM=0, or for a device_id that is no ordinal
+// (Python validates the options and reports; a bad value only starts nothing here).
+int early_context_ordinal(const std::map<std::string, std::string>& options) noexcept;
+
 struct Ep : OrtEp {
   Ep(pybind11::object py_ep, const OrtLogger& logger, bool write_context, AllocatorSettings allocator);
   // Calls bridge.release_ep(py_ep). The GIL must be held unless py_ep was already dropped.

@@ -1,10 +1,12 @@
 // The one shared library: the pybind11 extension module `migraphx_ep._C` *and* the ORT plugin-EP
 // library (ORT dlopens the same file, so both share this process-wide state).
 #include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
 
 #include <new>
 #include <string>
 
+#include "ep.h"
 #include "factory.h"
 #include "host_staging.h"
 #include "native_run.h"
@@ -110,6 +112,9 @@ PYBIND11_MODULE(_C, m) {
   m.def("embedded", &mgx::embedded_python,
         "True when the library started Python itself (loaded by a C/C++ host that had none)");
   m.def("build_info", &build_info, "ORT headers and Python the library was built against");
+  m.def("early_context_ordinal", &mgx::early_context_ordinal, py::arg("options"),
+        "The GPU whose primary context CreateEp retains before its first Python call, for these provider "
+        "options and the environment (-1: none)");
   mgx::register_native(m);
   mgx::register_trace(m);
   mgx::register_staging(m);

@@ -143,3 +143,21 @@ def test_copy_to_device_refuses_what_it_cannot_copy():
     if _C.cuda_driver_status():  # no GPU here: the reason, by name
         with pytest.raises(RuntimeError, match="no CUDA driver"):
             _C.copy_to_device(0, np.zeros(4, np.float32), 0, 0)
+
+
+def test_create_ep_retains_the_context_early_only_for_the_gpu_target(monkeypatch):
+    """Which GPU's primary context CreateEp starts retaining before its first Python call (ep.h)."""
+    for var in ("MIGRAPHX_EP_PREWARM", "ORT_MIGRAPHX_TARGET"):
+        monkeypatch.delenv(var, raising=False)
+    ordinal = _C.early_context_ordinal
+    assert ordinal({}) == 0 and ordinal({"migraphx_target": "gpu"}) == 0
+    assert ordinal({"device_id": "3"}) == 3 and ordinal({"migraphx_target": "auto", "device_id": "1"}) == 1
+    assert ordinal({"migraphx_target": "ref"}) == -1 and ordinal({"migraphx_target": " REF "}) == -1
+    for bad in ("x", "-1", "1.5", "", "99999999999"):
+        assert ordinal({"device_id": bad}) == -1, bad  # Python reports these; nothing starts here
+    monkeypatch.setenv("ORT_MIGRAPHX_TARGET", "ref")  # the environment wins, as in options.py
+    assert ordinal({"migraphx_target": "gpu"}) == -1
+    monkeypatch.setenv("ORT_MIGRAPHX_TARGET", "gpu")
+    assert ordinal({"migraphx_target": "ref"}) == 0
+    monkeypatch.setenv("MIGRAPHX_EP_PREWARM", "0")
+    assert ordinal({}) == -1
