@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import ctypes
 import threading
+import weakref
 from collections.abc import Sequence
 from typing import Any
 
@@ -280,11 +281,13 @@ class Kernel:
         self.func = check(
             cu.cuModuleGetFunction(module.handle, name.encode()), f"cuModuleGetFunction({name})"
         )
+        self._shared_limit = 48 * 1024  # what a launch may ask for without raising the attribute
 
     def set_shared(self, nbytes: int) -> None:
-        if nbytes > 48 * 1024:
+        if nbytes > self._shared_limit:  # raised once to the largest request (a never-seen shape binds again)
             attr = cu.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
             check(cu.cuFuncSetAttribute(self.func, attr, nbytes), "cuFuncSetAttribute")
+            self._shared_limit = nbytes
 
 
 class BoundLaunch:
@@ -308,13 +311,16 @@ class BoundLaunch:
         self.block = tuple(int(b) for b in block)
         self.shared = int(shared)
         kernel.set_shared(self.shared)
-        scalar = ctypes.c_uint64 if scalar_bits == 64 else ctypes.c_uint32
-        self._values: list = [ctypes.c_void_p(int(p)) for p in pointers]
-        self._values += [scalar(int(v)) for v in scalars]
-        self._argv = (ctypes.c_void_p * max(len(self._values), 1))(
-            *[ctypes.addressof(v) for v in self._values]
-        )
         self.pointers = tuple(int(p) for p in pointers)
+        # Every argument in an 8-byte slot of one array, ``_argv`` pointing at each: a 32-bit scalar is
+        # read from its slot's first 4 bytes (little-endian), masked as ``c_uint32`` would cut it. Two
+        # ctypes arrays instead of an object per argument: a never-seen shape binds every kernel again.
+        mask = (1 << 64) - 1 if scalar_bits == 64 else (1 << 32) - 1
+        values = [p & ((1 << 64) - 1) for p in self.pointers] + [int(v) & mask for v in scalars]
+        n = max(len(values), 1)
+        self._values = (ctypes.c_uint64 * n)(*values)
+        base = ctypes.addressof(self._values)
+        self._argv = (ctypes.c_void_p * n)(*range(base, base + 8 * n, 8))
 
     def __call__(self, stream: int) -> None:
         g, b = self.grid, self.block
@@ -342,9 +348,15 @@ class Module:
     def __init__(self, image: bytes) -> None:
         self._buf = ctypes.create_string_buffer(image, len(image))
         self.handle = check(cu.cuModuleLoadData(ctypes.addressof(self._buf)), "cuModuleLoadData")
+        # Weakly: a kernel holds its module (kept loaded while launches use it), not the other way.
+        self._kernels: weakref.WeakValueDictionary[str, Kernel] = weakref.WeakValueDictionary()
 
     def function(self, name: str) -> Kernel:
-        return Kernel(self, name)
+        """The kernel ``name``, looked up once per module (every program sharing the image binds it)."""
+        k = self._kernels.get(name)
+        if k is None:
+            k = self._kernels[name] = Kernel(self, name)
+        return k
 
     def __del__(self) -> None:
         try:
