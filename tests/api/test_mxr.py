@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import mmap
 import os
 
 import ml_dtypes
@@ -235,10 +236,10 @@ def test_wrong_version_and_producer(tmp_path):
     data = src.read_bytes()
     assert data[len(mxr.MAGIC)] == 0xC4
     bad = tmp_path / "v.mxr"
-    bad.write_bytes(_rewrite_header(data, {"format_version": 2}))
-    with pytest.raises(MxrError, match="format version 2"):
+    bad.write_bytes(_rewrite_header(data, {"format_version": 3}))
+    with pytest.raises(MxrError, match="format version 3"):
         mxr.load(bad)
-    with pytest.raises(MxrError, match="format version 2"):
+    with pytest.raises(MxrError, match="format version 3"):
         mxr.read_metadata(bad)
     bad.write_bytes(_rewrite_header(data, {"producer": "someone-else"}))
     with pytest.raises(MxrError, match="not a migraphx_ep"):
@@ -333,3 +334,72 @@ def test_equal_records_decode_to_one_shared_op(tmp_path):
     assert len(adds) == 4 and len(transposes) == 8
     assert [list(i.shape.lens) for i in ins if i.name == "transpose"] == [[8, 2], [2, 8]] * 4
     assert len({id(i.op) for i in ins if i.is_literal()}) == 4  # weights are never shared
+
+
+def _big_weights_program() -> Program:
+    """Three weights over 1 MiB (checksummed on the pool) and a small one."""
+    p = Program()
+    m = p.get_main_module()
+    x = m.add_parameter("x", Shape(DType.float_type, [2, 1 << 18]))
+    m.add_literal(np.float32(2.0))
+    for _ in range(3):
+        w = m.add_literal(RNG.standard_normal((2, 1 << 18)).astype(np.float32))  # 2 MiB
+        x = m.add_instruction(make_op("add"), [x, w])
+    m.add_return([x])
+    return p
+
+
+def _mapped(a: object) -> bool:
+    """Whether ``a`` views a mapped file (through array bases and memoryviews)."""
+    while a is not None and not isinstance(a, mmap.mmap):
+        a = a.obj if isinstance(a, memoryview) else getattr(a, "base", None)
+    return isinstance(a, mmap.mmap)
+
+
+def _weights(p: Program) -> list[np.ndarray]:
+    return [i.op.value for m in p.modules.values() for i in m.instructions if i.is_literal()]
+
+
+def test_weights_start_aligned_and_load_as_views_of_the_mapped_file(tmp_path, monkeypatch):
+    p = _big_weights_program()
+    src = tmp_path / "p.mxr"
+    mxr.save(p, src)
+    data = src.read_bytes()
+    for w in _weights(p):
+        at = data.find(w.tobytes())
+        assert at > 0 and at % 64 == 0, at
+    q = mxr.load(src)
+    assert q == p
+    loaded = _weights(q)
+    assert all(_mapped(w) and not w.flags.writeable for w in loaded)
+    x = {"x": RNG.standard_normal((2, 1 << 18)).astype(np.float32)}
+    np.testing.assert_array_equal(q.run_numpy(x)[0], p.run_numpy(x)[0])
+    monkeypatch.setenv("MIGRAPHX_EP_MXR_MAP", "0")  # read into buffers of their own, as before
+    r = mxr.load(src)
+    assert r == p and not any(_mapped(w) for w in _weights(r))
+
+
+def test_version_1_files_without_padding_still_load(tmp_path, monkeypatch):
+    p = sample_program()
+    monkeypatch.setattr(mxr, "FORMAT_VERSION", 1)
+    monkeypatch.setattr(mxr, "_ALIGN", 1)  # what version 1 wrote: no padding
+    src = tmp_path / "v1.mxr"
+    mxr.save(p, src)
+    monkeypatch.undo()
+    assert mxr.read_header(src)["format_version"] == 1
+    q = mxr.load(src)
+    assert q == p
+    assert_same_results(p, q)
+
+
+def test_padding_longer_than_an_alignment_is_a_clear_error(tmp_path):
+    p = _big_weights_program()
+    src = tmp_path / "p.mxr"
+    mxr.save(p, src)
+    data = src.read_bytes()
+    w = max(_weights(p), key=lambda a: a.nbytes)
+    at = data.find(w.tobytes()) - 5  # its bin32 header
+    bad = tmp_path / "bad.mxr"
+    bad.write_bytes(data[:at] + b"\xc0" * 64 + data[at:])
+    with pytest.raises(MxrError, match="padding"):
+        mxr.load(bad)

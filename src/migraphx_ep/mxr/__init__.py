@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import base64
 import json
+import mmap
 import os
 import sys
 import tempfile
@@ -32,12 +33,18 @@ import msgpack
 import numpy as np
 
 from ..ir.program import Program
+from ..switches import env_choice
 from ..timing import stage
 from .codec import MxrError, PathLike, decode_program, encode_program
 
 MAGIC = b"\x89MXR-EP\n"  # high bit and newline catch text-mode mangling, as PNG's signature does
 JSON_MAGIC = "migraphx_ep.mxr"
-FORMAT_VERSION = 1
+# 2: each weight's bytes start at a multiple of _ALIGN in the file (nil bytes before its first chunk's
+# header), so a load maps them instead of copying; version 1 files (no padding) are read as well.
+FORMAT_VERSION = 2
+_READABLE = (1, 2)
+_ALIGN = 64
+_PAD = 0xC0  # msgpack nil: padding before a weight (the reader skips at most _ALIGN - 1 of them)
 PRODUCER = "migraphx_ep"
 FORMATS = ("msgpack", "json")
 _CHUNK = 1 << 30  # msgpack bin32 holds < 4 GiB; larger weights are written as consecutive chunks
@@ -177,11 +184,15 @@ def save(
         for section in (msgpack.packb(header, use_bin_type=True), meta_b, prog_b, comp_b):
             f.write(_bin_header(len(section)))
             f.write(section)
+        at = f.tell()
         for v in views:
             for start in range(0, max(v.nbytes, 1), _CHUNK):
                 piece = v[start : start + _CHUNK]
-                f.write(_bin_header(piece.nbytes))
+                head = _bin_header(piece.nbytes)
+                pad = (-(at + len(head))) % _ALIGN if start == 0 else 0
+                f.write(bytes([_PAD]) * pad + head)
                 f.write(piece)
+                at += pad + len(head) + piece.nbytes
 
     _atomic_write(path, write)
 
@@ -211,10 +222,20 @@ class _Reader:
     def read(self, what: str) -> bytes:
         return self._exact(self.bin_len(what), what)
 
+    def _skip_padding(self, what: str) -> None:
+        """Past the nil bytes that align a weight (format 2); more than an alignment's worth is corrupt."""
+        start = self.f.tell()
+        head = self.f.read(_ALIGN)
+        n = len(head) - len(head.lstrip(bytes([_PAD])))
+        if n >= _ALIGN:
+            raise MxrError(self.path, f"corrupt file: {what} is preceded by {n} or more padding bytes")
+        self.f.seek(start + n)
+
     def locate(self, nbytes: int, what: str) -> list[tuple[int, int, int]]:
         """Where a weight of ``nbytes`` lies: (file offset, offset in the weight, bytes) per chunk, the
         file position moved past it (its bytes are read later, ``_read_weights``)."""
         pieces, done = [], 0
+        self._skip_padding(what)
         while True:  # at least one chunk: an empty weight is written as one empty bin
             n = self.bin_len(what)
             if done + n > nbytes:
@@ -232,22 +253,36 @@ class _Reader:
 def _read_weights(
     f: IO[bytes], path: PathLike, records: list[tuple[int, int]], where: list[list[tuple[int, int, int]]]
 ) -> list[np.ndarray]:
-    """The weights' bytes, each checked against its CRC-32. Large ones are read and checked on a thread
-    pool (``os.preadv`` and zlib release the GIL; each thread checks what it just read, while it is in
-    its cache): one reader took 70-110 ms of every load of BERT-base's 220 MB (and fresh buffers' page
-    faults on the same thread); first bad or short weight named."""
-    weights = [np.empty(n, dtype=np.uint8) for n, _ in records]
+    """The weights' bytes, each checked against its CRC-32 (large ones on a thread pool: zlib releases
+    the GIL); the first bad or short weight is named.
+
+    A weight stored in one piece at an aligned offset (every one a format 2 file holds) is a read-only
+    view of the file mapped into memory: the page cache's own pages, a fault per 16 pages and none
+    zeroed. Reading BERT-base's 220 MB into fresh buffers spent 50-90 ms of every load mostly in
+    faulting in and zeroing those buffers' pages, and kept a second copy of the weights in the
+    process. The mapping lives as long as a weight that views it; .mxr files are replaced by a rename,
+    never rewritten in place, so what a load maps does not change under it. Other weights (split in
+    chunks over 1 GiB, unaligned in a version 1 file, or ``MIGRAPHX_EP_MXR_MAP=0``) are read with
+    ``os.preadv`` into their own buffers."""
     fd = f.fileno()
+    mapped = _map(f) if any(_mappable(w) for w in where) else None
+    own = [mapped is None or not _mappable(pieces) for pieces in where]  # read into a buffer of its own
+    weights = [
+        np.empty(n, dtype=np.uint8) if mine else np.frombuffer(mapped, np.uint8, n, pieces[0][0])  # type: ignore[arg-type]
+        for (n, _), pieces, mine in zip(records, where, own, strict=True)
+    ]
 
     def read(i: int) -> bool:
-        buf = memoryview(weights[i])
-        for at, dst, n in where[i]:
-            while n:
-                got = os.preadv(fd, [buf[dst : dst + n]], at)
-                if got <= 0:
-                    return False
-                at, dst, n = at + got, dst + got, n - got
-        return zlib.crc32(weights[i]) == records[i][1]
+        buf = weights[i]
+        if own[i]:
+            view = memoryview(buf)
+            for at, dst, n in where[i]:
+                while n:
+                    got = os.preadv(fd, [view[dst : dst + n]], at)
+                    if got <= 0:
+                        return False
+                    at, dst, n = at + got, dst + got, n - got
+        return zlib.crc32(buf) == records[i][1]
 
     big = [i for i, w in enumerate(weights) if w.nbytes > _PARALLEL_CRC]
     ok = {i: read(i) for i, w in enumerate(weights) if w.nbytes <= _PARALLEL_CRC}
@@ -258,6 +293,20 @@ def _read_weights(
     if bad:
         raise MxrError(path, f"corrupt file: weight {bad[0]} fails its checksum")
     return weights
+
+
+def _mappable(pieces: list[tuple[int, int, int]]) -> bool:
+    return len(pieces) == 1 and pieces[0][2] > 0 and pieces[0][0] % _ALIGN == 0
+
+
+def _map(f: IO[bytes]) -> mmap.mmap | None:
+    """``f`` mapped read-only, or None (switched off, or a file the system cannot map: then read)."""
+    if env_choice("MIGRAPHX_EP_MXR_MAP", "1", ("0", "1")) == "0":
+        return None
+    try:
+        return mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+    except (OSError, ValueError):
+        return None
 
 
 def _unpack(data: bytes, what: str, crc: int | None, path: PathLike) -> Any:
@@ -275,11 +324,11 @@ def _check_header(h: Any, fmt: str, path: PathLike) -> None:
     if not isinstance(h, dict) or h.get("producer") != PRODUCER:
         raise MxrError(path, "not a migraphx_ep program file (header has no migraphx_ep producer)")
     v = h.get("format_version")
-    if v != FORMAT_VERSION:
+    if v not in _READABLE:
         raise MxrError(
             path,
             f"format version {v} written by {PRODUCER} {h.get('producer_version')}; "
-            f"this build ({producer_version()}) reads version {FORMAT_VERSION} only",
+            f"this build ({producer_version()}) reads versions {', '.join(map(str, _READABLE))}",
         )
     if h.get("format") != fmt or h.get("byteorder") != "little":
         raise MxrError(path, f"corrupt header: format {h.get('format')!r}, byte order {h.get('byteorder')!r}")
