@@ -36,6 +36,12 @@ bool staged_dtoh(const CudaDriver& cuda, int ordinal, void* dst, CuDevicePtr src
 // Host threads that copy a staged chunk (MIGRAPHX_EP_COPY_THREADS; default half the cores, at most 8).
 size_t copy_threads() noexcept;
 
+// memcpy of host memory, split over the staging pool's threads from kHostCopyMin bytes (one thread while
+// a staged copy holds the pool, in a forked child, or with fewer than 2 copy threads). Into fresh memory
+// most of a large copy is the kernel faulting in and zeroing its pages: the threads share that too.
+inline constexpr size_t kHostCopyMin = size_t{4} << 20;
+void host_copy(void* dst, const void* src, size_t n);
+
 // Staged copies made so far (tests: proof the staged path ran).
 uint64_t staged_copy_count() noexcept;
 

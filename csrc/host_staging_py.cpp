@@ -46,6 +46,18 @@ void register_staging(py::module_& m) {
       py::arg("dst"), py::arg("src"), py::arg("ordinal"), py::arg("stream"),
       "Copies the contiguous host buffer `src` to device address `dst` on `stream` of device `ordinal` "
       "(whose context is current) and waits for it; True when it went through pinned staging");
+  m.def(
+      "host_copy",
+      [](const py::buffer& dst, const py::buffer& src) {
+        const py::buffer_info to = dst.request(/*writable=*/true), from = src.request();
+        const size_t n = static_cast<size_t>(from.size * from.itemsize);
+        if (static_cast<size_t>(to.size * to.itemsize) != n)
+          throw py::value_error("host_copy: dst and src differ in size");
+        py::gil_scoped_release nogil;
+        host_copy(to.ptr, from.ptr, n);
+      },
+      py::arg("dst"), py::arg("src"),
+      "host_copy (host_staging.h) of contiguous buffer `src` into `dst` of the same size (tests)");
 }
 
 }  // namespace mgx

@@ -161,3 +161,25 @@ def test_create_ep_retains_the_context_early_only_for_the_gpu_target(monkeypatch
     assert ordinal({"migraphx_target": "ref"}) == 0
     monkeypatch.setenv("MIGRAPHX_EP_PREWARM", "0")
     assert ordinal({}) == -1
+
+
+@pytest.mark.parametrize("nbytes", [0, 1, 4095, (4 << 20) - 1, 4 << 20, (9 << 20) + 13])
+def test_host_copy_is_exact_on_one_thread_and_on_many(nbytes):
+    """The marshal's copy of a large initializer (host_copy: the staging pool's threads from 4 MiB)."""
+    src = np.frombuffer(np.random.default_rng(nbytes).bytes(nbytes), np.uint8)
+    for threads in (1, 4):
+        _C.configure_staging(threads=threads)
+        try:
+            dst = np.full(nbytes, 0xAB, np.uint8)
+            _C.host_copy(dst, src)
+            np.testing.assert_array_equal(dst, src)
+        finally:
+            _C.reset_staging()
+    with pytest.raises(ValueError, match="differ in size"):
+        _C.host_copy(np.empty(nbytes + 1, np.uint8), src)
+
+
+def test_empty_array_for_a_copied_initializer():
+    a = bridge.empty_array(int(TensorProto.FLOAT16), [3, 4])
+    assert a.dtype == np.float16 and a.shape == (3, 4) and a.flags.writeable
+    assert not isinstance(bridge.empty_array(int(TensorProto.STRING), [2]), np.ndarray)

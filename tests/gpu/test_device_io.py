@@ -267,3 +267,26 @@ def test_concurrent_large_copies_are_exact():
 
     with ThreadPoolExecutor(6) as ex:
         assert all(ex.map(check, xs))
+
+
+def test_large_initializers_are_copied_exactly_while_orts_buffers_live():
+    """With device I/O ORT drops the fused node's constant initializers, so the Compile's marshal owns a
+    copy of each: from 4 MiB on threads (graph_marshal.cpp copied_array). Exact, and outliving ORT's."""
+    rng = np.random.default_rng(3)
+    big = rng.standard_normal((1536, 1024)).astype(np.float32)  # 6 MiB
+    odd = rng.standard_normal((1031, 1029)).astype(np.float32)  # just over 4 MiB, an odd size
+    blob = make_model(
+        [oh.make_node("Add", ["x", "big"], ["s"]), oh.make_node("Mul", ["z", "odd"], ["t"])],
+        [tensor("x", TensorProto.FLOAT, [1536, 1024]), tensor("z", TensorProto.FLOAT, [1031, 1029])],
+        [tensor("s", TensorProto.FLOAT, [1536, 1024]), tensor("t", TensorProto.FLOAT, [1031, 1029])],
+        [oh.make_tensor("big", TensorProto.FLOAT, big.shape, big.ravel()),
+         oh.make_tensor("odd", TensorProto.FLOAT, odd.shape, odd.ravel())],
+    )  # fmt: skip
+    sess = _session(blob)
+    gc.collect()
+    x = rng.standard_normal(big.shape).astype(np.float32)
+    z = rng.standard_normal(odd.shape).astype(np.float32)
+    for _ in range(3):  # the Python path, then the captured graph's native Runs
+        s, t = sess.run(None, {"x": x, "z": z})
+        np.testing.assert_array_equal(s, x + big)
+        np.testing.assert_array_equal(t, z * odd)

@@ -235,6 +235,14 @@ def make_array(buffer: Any, elem_type: int, shape: Sequence[int]) -> np.ndarray 
     return np.frombuffer(buffer, dtype=dtype).reshape(tuple(shape))
 
 
+def empty_array(elem_type: int, shape: Sequence[int]) -> np.ndarray | Unsupported:
+    """A new array for an initializer the shell copies into itself (graph_marshal.cpp ``copied_array``)."""
+    dtype = _DTYPES.get(elem_type)
+    if dtype is None:
+        return Unsupported(f"{elem_type_name(elem_type)} tensor")
+    return np.empty(tuple(shape), dtype=dtype)
+
+
 def map_external(
     model_path: str, location: str, offset: int, nbytes: int, elem_type: int, shape: Sequence[Any] | None
 ) -> np.ndarray | None:
