@@ -3,6 +3,7 @@ helpers to build models in memory and to read ORT profiles."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import tempfile
@@ -135,6 +136,14 @@ def stub():
     bridge.set_backend(backend)
     yield backend
     bridge.set_backend(None)
+
+
+def load_script(path: str, name: str):
+    """The module in file ``path`` (a tool or example script outside the package), imported as ``name``."""
+    spec = importlib.util.spec_from_file_location(name, path)
+    mod = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
+    spec.loader.exec_module(mod)  # type: ignore[union-attr]
+    return mod
 
 
 def make_model(nodes, inputs, outputs, initializers=(), opset=17, check=True) -> bytes:

@@ -3,19 +3,16 @@
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import re
+
+from conftest import load_script
 
 HERE = os.path.dirname(__file__)
 
 
 def _tool():
-    path = os.path.join(HERE, "..", "tools", "cache_load.py")
-    spec = importlib.util.spec_from_file_location("cache_load", path)
-    tool = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(tool)  # type: ignore[union-attr]
-    return tool
+    return load_script(os.path.join(HERE, "..", "tools", "cache_load.py"), "cache_load")
 
 
 def test_a_load_is_split_into_our_calls(capsys):

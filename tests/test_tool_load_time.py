@@ -3,22 +3,19 @@ the model cache and from an EPContext model compiled by the tool, each with its 
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import re
 
 import onnx
+
+from conftest import load_script
 
 HERE = os.path.dirname(__file__)
 MODEL = os.path.join(HERE, "models", "bert.onnx")
 
 
 def _tool():
-    path = os.path.join(HERE, "..", "tools", "load_time.py")
-    spec = importlib.util.spec_from_file_location("load_time", path)
-    tool = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(tool)  # type: ignore[union-attr]
-    return tool
+    return load_script(os.path.join(HERE, "..", "tools", "load_time.py"), "load_time")
 
 
 def test_static_copy_fixes_every_symbolic_dim(tmp_path):

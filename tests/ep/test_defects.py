@@ -3,7 +3,6 @@ programs at one path across sessions, and the example's judgement of fp16/bf16 r
 
 from __future__ import annotations
 
-import importlib.util
 import logging
 import os
 import subprocess
@@ -16,6 +15,7 @@ import pytest
 
 import migraphx_ep  # noqa: F401 - registers and routes the EP
 import migraphx_ep.targets.gpu as gpu
+from conftest import load_script
 from migraphx_ep.ep.options import SPECS, OptionError, check_provider_options, parse_options
 from migraphx_ep.ep.provider import resolve_target
 from migraphx_ep.targets import TargetError
@@ -177,9 +177,7 @@ def test_example_option_without_value_is_an_argparse_error():
 
 
 def test_example_low_precision_judge_still_catches_wrong_numbers():
-    spec = importlib.util.spec_from_file_location("run_model_example", EXAMPLE)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
+    mod = load_script(EXAMPLE, "run_model_example")
     rng = np.random.default_rng(0)
     ref = rng.standard_normal((4, 16)).astype(np.float32)
     cpu = (ref + 1e-3 * rng.standard_normal(ref.shape)).astype(np.float16)  # an fp16 model's own error
