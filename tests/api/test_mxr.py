@@ -403,3 +403,11 @@ def test_padding_longer_than_an_alignment_is_a_clear_error(tmp_path):
     bad.write_bytes(data[:at] + b"\xc0" * 64 + data[at:])
     with pytest.raises(MxrError, match="padding"):
         mxr.load(bad)
+
+
+def test_a_bad_map_switch_is_an_error_naming_it(tmp_path, monkeypatch):
+    src = tmp_path / "p.mxr"
+    mxr.save(_big_weights_program(), src)
+    monkeypatch.setenv("MIGRAPHX_EP_MXR_MAP", "sometimes")
+    with pytest.raises(ValueError, match="MIGRAPHX_EP_MXR_MAP"):
+        mxr.load(src)
